@@ -1,0 +1,46 @@
+# The README's two commands: `make run` and `make test`. Both work on a fresh machine with
+# only Python >= 3.10 and the package registries.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP_RUN  := $(VENV)/.installed-run
+STAMP_DEV  := $(VENV)/.installed-dev
+RUN_ARGS ?=
+
+.PHONY: run test lint typecheck pytest bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+## make run: set up .venv and run the main job on this host (read-only discovery for now).
+run: $(STAMP_RUN)
+	$(VENV)/bin/mcpnode topo $(RUN_ARGS)
+
+## make test: set up .venv with dev extras, then ruff, mypy and the whole pytest suite.
+test: $(STAMP_DEV) lint typecheck pytest
+
+lint: $(STAMP_DEV)
+	$(VENV)/bin/ruff check mcpnode tests bench
+	$(VENV)/bin/ruff format --check mcpnode tests bench
+
+typecheck: $(STAMP_DEV)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP_DEV)
+	$(VENV)/bin/pytest -q
+
+## make bench: discovery benchmarks against hwloc's lstopo (installs Debian's hwloc if absent).
+bench: $(STAMP_DEV)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

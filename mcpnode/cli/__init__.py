@@ -1,0 +1,1 @@
+"""Command line: click commands that parse, call one core function, and render."""

@@ -1,0 +1,191 @@
+"""Text renderings of the topology: the nvidia-smi matrix, the PCI tree, JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from mcpnode.topology.discover import effective_local_cpus
+from mcpnode.topology.jsonify import topology_json
+from mcpnode.topology.matrix import build_matrix
+from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress, PciDevice, PciLink, Topology
+
+# nvidia-smi's Legend, verbatim, so `diff <(nvidia-smi topo -m) <(mcpnode topo)` lines up.
+LEGEND = """\
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""  # noqa: E501
+
+
+def as_json(topo: Topology) -> str:
+    return json.dumps(topology_json(topo), indent=2)
+
+
+def as_matrix(topo: Topology) -> str:
+    """nvidia-smi `topo -m` layout: TAB separated, ` X ` on the diagonal, NIC rows ending in
+    empty affinity cells, then Legend and NIC Legend."""
+    m = build_matrix(topo)
+    out: list[str] = []
+    if not topo.gpus:
+        out.append("No NVIDIA GPUs found on this host (no PCI function with vendor 0x10de and")
+        out.append("class 0x0300/0x0302). NUMA and NIC topology follow.")
+        out.append("")
+    if m.rows:
+        head = ["", *m.columns, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
+        out.append("\t".join(head))
+        for row in m.rows:
+            cells = [" X " if c == "X" else c for c in row.cells]
+            tail = [row.cpu_affinity or "", row.numa_affinity or "", "", row.gpu_numa_id or ""]
+            if row.cpu_affinity is None:
+                # nvidia-smi ends NIC rows with four empty cells (header has three names:
+                # the GPU rows carry an unnamed empty cell before GPU NUMA ID).
+                tail = ["", "", "", ""]
+            out.append("\t".join([row.label, *cells, *tail]))
+        out.append("")
+        out.append(LEGEND)
+        if m.nic_legend:
+            out.append("NIC Legend:")
+            out.append("")
+            out.extend(f"  {label}: {name}" for label, name in m.nic_legend)
+            out.append("")
+    out.extend(_summary(topo))
+    return "\n".join(out) + "\n"
+
+
+def _summary(topo: Topology) -> list[str]:
+    out = ["NUMA nodes:"]
+    for n in topo.numa_nodes:
+        mem = f"{n.memory_mib} MiB" if n.memory_mib is not None else "memory unknown"
+        kind = " (CPU-less: memory only)" if n.cpuless else ""
+        out.append(f"  node{n.id}: CPUs {n.cpus.cpulist() or '-'}, {mem}{kind}")
+    nics = [n for n in topo.nics if not n.is_virtual_function]
+    if nics:
+        out.append("NICs:")
+        for nic in nics:
+            names = ",".join(d.name for d in nic.netdevs) or "-"
+            rdma = ",".join(nic.rdma_devices) or "-"
+            node = nic.numa_node if nic.numa_node is not None else "unknown"
+            out.append(f"  {nic.address} netdev {names} rdma {rdma} NUMA {node}")
+    vfs = sum(1 for n in topo.nics if n.is_virtual_function)
+    if vfs:
+        out.append(f"  (+{vfs} SR-IOV virtual functions)")
+    allowed = topo.process.cpus
+    if allowed is not None and allowed != topo.cpus.online:
+        out.append(f"This process may use CPUs {allowed.cpulist()} of {topo.cpus.online.cpulist()}")
+    if topo.problems:
+        out.append(f"Problems ({len(topo.problems)}):")
+        out.extend(f"  [{p.code}] {p.source}: {p.detail}" for p in topo.problems[:50])
+        if len(topo.problems) > 50:
+            out.append(f"  ... {len(topo.problems) - 50} more (see --format json)")
+    return out
+
+
+def _link(link: PciLink) -> str:
+    if link.current_speed_gts is None and link.current_width is None:
+        return ""
+    cur = f"{_gts(link.current_speed_gts)} x{link.current_width or '?'}"
+    mx = f"{_gts(link.max_speed_gts)} x{link.max_width or '?'}"
+    mark = ""
+    if link.width_downtrained:
+        mark = "  <-- DOWNTRAINED width"
+    elif link.speed_downtrained:
+        mark = "  (below max speed)"
+    return f" [{cur} of {mx}]{mark}"
+
+
+def _gts(v: float | None) -> str:
+    return "?" if v is None else f"{v:g}GT/s"
+
+
+def _label(dev: PciDevice, topo: Topology) -> str:
+    names: list[str] = []
+    for g in topo.gpus:
+        if g.address == dev.address:
+            names.append(f"GPU{g.index}")
+    for nic in topo.nics:
+        if nic.address == dev.address:
+            names.extend(d.name for d in nic.netdevs)
+            names.extend(nic.rdma_devices)
+    for nv in topo.nvmes:
+        if nv.address == dev.address:
+            names.append(nv.controller)
+    if dev.vendor_id == NVIDIA_VENDOR_ID and dev.class_code == 0x0680:
+        names.append("NVSwitch")
+    if dev.is_bridge:
+        names.append("bridge")
+    ids = (
+        f"{dev.vendor_id:04x}:{dev.device_id:04x}"
+        if dev.vendor_id is not None and dev.device_id is not None
+        else "????:????"
+    )
+    cls = f"{dev.class_code:04x}" if dev.class_code is not None else "????"
+    drv = f" {dev.driver}" if dev.driver else ""
+    tag = f" {' '.join(names)}" if names else ""
+    return f"{dev.address} [{cls}] {ids}{drv}{tag}"
+
+
+def as_tree(topo: Topology) -> str:
+    """NUMA node -> host bridge -> bridges -> devices, with link speed/width. SR-IOV virtual
+    functions are counted under their PF rather than listed (a NIC may carry hundreds)."""
+    children: dict[PciAddress | None, list[PciDevice]] = defaultdict(list)
+    roots: dict[str, list[PciDevice]] = defaultdict(list)
+    vfs: dict[PciAddress, int] = defaultdict(int)
+    for d in topo.pci_devices:
+        if d.physfn is not None:
+            vfs[d.physfn] += 1
+            continue
+        if d.parent is None:
+            roots[d.host_bridge].append(d)
+        else:
+            children[d.parent].append(d)
+    bridge_node: dict[str, str] = {}
+    for hb, devs in roots.items():
+        known = {d.numa_node for d in devs if d.numa_node is not None}
+        bridge_node[hb] = f"node{known.pop()}" if len(known) == 1 else "NUMA unknown"
+    out: list[str] = []
+
+    def walk(dev: PciDevice, depth: int) -> None:
+        out.append("    " * depth + _label(dev, topo) + _link(dev.link) + _locality(dev, topo))
+        if dev.address in vfs:
+            out.append("    " * (depth + 1) + f"(+{vfs[dev.address]} SR-IOV virtual functions)")
+        for c in children.get(dev.address, []):
+            walk(c, depth + 1)
+
+    by_node: dict[str, list[str]] = defaultdict(list)
+    for hb, label in bridge_node.items():
+        by_node[label].append(hb)
+    for n in topo.numa_nodes:
+        by_node.setdefault(f"node{n.id}", [])
+    for label in sorted(by_node, key=lambda s: (s == "NUMA unknown", len(s), s)):
+        node = _node_line(label, topo)
+        out.append(node)
+        for hb in sorted(by_node[label]):
+            out.append(f"  {hb} (host bridge)")
+            for d in roots[hb]:
+                walk(d, 1)
+    return "\n".join(out) + "\n"
+
+
+def _node_line(label: str, topo: Topology) -> str:
+    if label.startswith("node"):
+        node = topo.node(int(label[4:]))
+        if node is not None:
+            return f"{label}: CPUs {node.cpus.cpulist() or '- (CPU-less)'}"
+    return f"{label}:"
+
+
+def _locality(dev: PciDevice, topo: Topology) -> str:
+    if dev.is_bridge:
+        return ""
+    local = effective_local_cpus(dev, topo.numa_nodes)
+    node = "?" if dev.numa_node is None else str(dev.numa_node)
+    src = "" if dev.numa_source == "own" else f" via {dev.numa_source}"
+    cpus = local.cpulist() if local else "?"
+    return f"  (NUMA {node}{src}, CPUs {cpus})"

@@ -1,0 +1,47 @@
+"""The error hierarchy. Errors are translated into these types at the Host and NVML
+boundaries only; the CLI maps each type to an exit code in one place (`cli/main.py`)."""
+
+from __future__ import annotations
+
+
+class McpnodeError(Exception):
+    """Base of every error mcpnode raises on purpose."""
+
+
+class UsageError(McpnodeError):
+    """The caller asked for something impossible (bad option, unknown GPU)."""
+
+
+class RootError(McpnodeError):
+    """The `--root` given cannot be used at all (missing, not a directory or tarball, corrupt)."""
+
+
+class HostError(McpnodeError):
+    """A read of the machine failed. Carries the logical path and the errno."""
+
+    def __init__(self, path: str, errno: int | None, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = path
+        self.errno = errno
+        self.detail = detail
+
+
+class PathNotFound(HostError):
+    """ENOENT/ENOTDIR: the path does not exist (a device may have vanished mid-walk)."""
+
+
+class NotSupported(HostError):
+    """ENODEV/EINVAL/EOPNOTSUPP: the attribute exists but the kernel or device cannot answer
+    (e.g. `current_link_speed` on some root ports, `numa_node` on some virtual functions)."""
+
+
+class AccessDenied(HostError):
+    """EACCES/EPERM. Never treated as absence: an unreadable file is a finding, not a None."""
+
+
+class SymlinkLoop(HostError):
+    """ELOOP: too many symlinks while resolving inside the root (fixture dumps have cycles)."""
+
+
+class ReadError(HostError):
+    """Any other I/O failure (EIO from a dying device, a directory where a file was expected)."""

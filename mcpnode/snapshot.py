@@ -1,0 +1,123 @@
+"""`mcpnode snapshot`: capture exactly what discovery reads, so a replay sees the same machine.
+
+The Host records every file read (with the bytes read), every symlink crossed and every
+directory listed while discovery runs; the tarball holds those and nothing else, symlinks kept
+as symlinks (with their original, possibly relative targets), plus `mcpnode-snapshot.json` for
+what cannot be a file (NVML answers and command outputs are filled by later layers).
+
+Known limit: an attribute that failed to read live (EACCES, EIO) is simply absent from the
+snapshot, so the replay reports it as absent rather than as an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mcpnode import __version__
+from mcpnode.host import Host, Recording
+from mcpnode.topology.discover import discover
+from mcpnode.topology.jsonify import topology_json
+from mcpnode.topology.model import Topology
+
+SNAPSHOT_FORMAT = "mcpnode.snapshot/v1"
+SNAPSHOT_META = "mcpnode-snapshot.json"
+TOP = "mcpnode-snapshot"
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    path: Path
+    files: int
+    links: int
+    dirs: int
+    topology: Topology
+
+
+def capture(host: Host) -> tuple[Topology, Recording]:
+    with host.recording() as rec:
+        topo = discover(host)
+    return topo, rec
+
+
+def metadata(topo: Topology, now: datetime | None = None) -> dict[str, Any]:
+    when = now or datetime.now(timezone.utc)  # noqa: UP017 (3.10 has no datetime.UTC)
+    body = json.dumps(topology_json(topo), sort_keys=True).encode()
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "mcpnode_version": __version__,
+        "hostname": topo.identity.hostname,
+        "kernel_release": topo.identity.kernel_release,
+        "captured_at": when.isoformat(timespec="seconds"),
+        # The topology the live host gave, so a replay can be checked against it.
+        "topology_sha256": hashlib.sha256(body).hexdigest(),
+        "nvml": None,  # recorded NVML answers: filled once the NVML backend exists
+        "commands": {},  # outputs of version commands (nvidia-ctk --version, ...)
+    }
+
+
+def write_snapshot(host: Host, out: Path) -> SnapshotResult:
+    """Discover through `host` while recording, then write the tarball atomically (temp file in
+    the destination directory, fsync, rename): a reader never sees a half-written snapshot."""
+    topo, rec = capture(host)
+    meta = metadata(topo)
+    out = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            mode = "w:bz2" if out.name.endswith((".bz2", ".tbz2")) else "w:gz"
+            with tarfile.open(fileobj=raw, mode=mode) as tf:  # type: ignore[call-overload]
+                _write_members(tf, rec, meta)
+            raw.flush()
+            os.fsync(raw.fileno())
+        Path(tmp).replace(out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return SnapshotResult(out, len(rec.files), len(rec.links), len(rec.dirs), topo)
+
+
+def _info(name: str, kind: bytes, mtime: float) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(f"{TOP}{name}" if name.startswith("/") else f"{TOP}/{name}")
+    ti.type = kind
+    ti.mtime = int(mtime)
+    ti.mode = 0o755 if kind == tarfile.DIRTYPE else (0o777 if kind == tarfile.SYMTYPE else 0o644)
+    return ti
+
+
+def _write_members(tf: tarfile.TarFile, rec: Recording, meta: dict[str, Any]) -> None:
+    now = time.time()
+    dirs: set[str] = set()
+    # Every parent of every recorded path must exist as a real directory in the archive.
+    for path in [*rec.files, *rec.links, *rec.dirs]:
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            dirs.add("/" + "/".join(parts[:i]))
+    dirs |= {d for d in rec.dirs if d != "/"}
+    dirs -= set(rec.links)  # a path seen as a link stays a link
+    tf.addfile(_info("", tarfile.DIRTYPE, now))
+    for d in sorted(dirs):
+        tf.addfile(_info(d, tarfile.DIRTYPE, now))
+    for link, target in sorted(rec.links.items()):
+        if link in rec.files:
+            continue
+        ti = _info(link, tarfile.SYMTYPE, now)
+        ti.linkname = target
+        tf.addfile(ti)
+    for path, data in sorted(rec.files.items()):
+        ti = _info(path, tarfile.REGTYPE, now)
+        ti.size = len(data)
+        tf.addfile(ti, io.BytesIO(data))
+    body = json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"
+    ti = _info(SNAPSHOT_META, tarfile.REGTYPE, now)
+    ti.size = len(body)
+    tf.addfile(ti, io.BytesIO(body))

@@ -1,0 +1,1 @@
+"""Discovery: sysfs (and later NVML, netlink) -> the frozen model in `model.py`."""

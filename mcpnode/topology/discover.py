@@ -1,0 +1,342 @@
+"""Discovery: raw sysfs records -> the frozen Topology, with locality decided and every
+disagreement between sources recorded as a Problem.
+
+Locality of a PCI device (its NUMA node), first source that answers wins:
+1. `own`: its own `numa_node` when >= 0;
+2. `ancestor`: the nearest upstream bridge's own `numa_node` when >= 0;
+3. `host-bridge`: the root complex's locality, when most of the functions on that root complex
+   report one node and none reports another (32em64t's NVMe: -1 among 27 siblings at node 0);
+4. `local-cpus`: the device's `local_cpulist` lies inside exactly one node's CPUs (a VM with one
+   node, POWER9 dumps without `numa_node`); a list that spans nodes stays unknown;
+5. `unknown`: never silently 0 (PyTorch's `max(numa_node, 0)` is how GPUs get pinned to the
+   wrong socket). NVML facts for GPUs join in a later layer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from mcpnode.host import Host
+from mcpnode.topology import sysfs
+from mcpnode.topology.model import (
+    GPU_CLASSES,
+    NVIDIA_VENDOR_ID,
+    NVME_CLASS,
+    Cpu,
+    CpuSet,
+    CpuTopology,
+    Gpu,
+    Nic,
+    NumaNode,
+    NumaSource,
+    Nvme,
+    PciAddress,
+    PciDevice,
+    Topology,
+)
+from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
+
+
+def discover(host: Host) -> Topology:
+    """Read the machine behind `host` once and return its topology. Never raises for bad
+    content: unreadable or garbage files become `problems`."""
+    problems = Problems()
+    for member, why in host.unpack_notes:
+        problems.add("root.member-skipped", member, why)
+    with host.oneshot():
+        identity = sysfs.read_identity(host, problems)
+        cpus = sysfs.read_cpus(host, problems)
+        raw_nodes = sysfs.read_nodes(host, problems)
+        process = sysfs.read_process_cpus(host, problems)
+        raw_pci = sysfs.walk_pci(host, problems)
+        rdma_class = sysfs.read_rdma_class(host, problems)
+        nvidia_claimed = sysfs.read_nvidia_driver_gpus(host)
+    nodes = build_nodes(raw_nodes, cpus, problems)
+    cpus = _with_cpu_nodes(cpus, nodes)
+    for raw in raw_pci:
+        if raw.vendor_id is None and raw.address in nvidia_claimed:
+            raw.vendor_id = NVIDIA_VENDOR_ID  # the driver's claim stands in for a trimmed file
+    devices = build_pci(raw_pci, nodes, cpus.present, problems)
+    by_addr = {d.address: d for d in raw_pci}
+    _attach_class_rdma(by_addr, rdma_class)
+    return Topology(
+        identity=identity,
+        cpus=cpus,
+        numa_nodes=nodes,
+        pci_devices=devices,
+        gpus=_gpus(devices),
+        nics=_nics(devices, by_addr),
+        nvmes=_nvmes(devices, by_addr),
+        process=process,
+        problems=tuple(problems.items),
+    )
+
+
+# -- NUMA --------------------------------------------------------------------------------------
+
+
+def build_nodes(raw: RawNodes, cpus: CpuTopology, problems: Problems) -> tuple[NumaNode, ...]:
+    if not raw.nodes:
+        # CONFIG_NUMA=n (or a dump without node/): one implicit node holding every CPU, as the
+        # kernel itself behaves. Recorded, since placement then has nothing to choose from.
+        problems.add("numa.none", sysfs.SYS_NODE, "no NUMA nodes listed; treating as one node 0")
+        return (NumaNode(0, cpus.present, None, ((0, 10),), bool(cpus.present), True),)
+    # `distance` has one entry per *online* node, in node order (drivers/base/node.c).
+    online_ids = sorted(raw.online) if raw.online else [n.id for n in raw.nodes]
+    out = []
+    for n in raw.nodes:
+        path = f"{sysfs.SYS_NODE}/node{n.id}"
+        node_cpus = n.cpus if n.cpus is not None else CpuSet()
+        if n.cpus is None:
+            problems.add("numa.cpulist.missing", f"{path}/cpulist", "treating the node as CPU-less")
+        beyond = node_cpus - cpus.present
+        if beyond:
+            problems.add(
+                "numa.cpulist.beyond-present",
+                f"{path}/cpulist",
+                f"lists CPUs {beyond.cpulist()} that are not present; ignored",
+            )
+            node_cpus = node_cpus & cpus.present
+        distances: tuple[tuple[int, int], ...] = ()
+        if n.distance_row is not None:
+            if len(n.distance_row) == len(online_ids):
+                distances = tuple(zip(online_ids, n.distance_row, strict=True))
+            else:
+                problems.add(
+                    "numa.distance.mismatch",
+                    f"{path}/distance",
+                    f"{len(n.distance_row)} distances for {len(online_ids)} online nodes",
+                )
+        memory_mib = n.memory_kib // 1024 if n.memory_kib is not None else None
+        has_memory = (
+            (n.id in raw.has_memory) if raw.has_memory is not None else bool(memory_mib)
+        )
+        out.append(
+            NumaNode(
+                id=n.id,
+                cpus=node_cpus,
+                memory_mib=memory_mib,
+                distances=distances,
+                has_cpus=bool(node_cpus),
+                has_memory=has_memory,
+            )
+        )
+    return tuple(out)
+
+
+def _with_cpu_nodes(cpus: CpuTopology, nodes: tuple[NumaNode, ...]) -> CpuTopology:
+    owner = {cpu: n.id for n in nodes for cpu in n.cpus}
+    fixed = tuple(
+        Cpu(c.id, c.online, c.core_id, c.package_id, c.die_id, owner.get(c.id), c.siblings)
+        for c in cpus.cpus
+    )
+    return CpuTopology(cpus.possible, cpus.present, cpus.online, fixed)
+
+
+def node_of_cpus(local: CpuSet, nodes: tuple[NumaNode, ...]) -> int | None:
+    """The one node whose CPUs contain all of `local`, or None when they span several."""
+    if not local:
+        return None
+    owners = {n.id for n in nodes if n.cpus and local & n.cpus}
+    if len(owners) != 1:
+        return None
+    (only,) = owners
+    node = next(n for n in nodes if n.id == only)
+    return only if local <= node.cpus else None
+
+
+def nodes_of_cpus(local: CpuSet, nodes: tuple[NumaNode, ...]) -> CpuSet:
+    """Every node sharing a CPU with `local` (nvidia-smi's "NUMA Affinity" of a CPU list)."""
+    return CpuSet(n.id for n in nodes if n.cpus and local & n.cpus)
+
+
+# -- PCI locality ------------------------------------------------------------------------------
+
+
+def _host_bridge_nodes(raw: list[RawPci]) -> dict[str, int]:
+    """Root complexes whose locality is clear from their functions: at least half of them give
+    one node in `numa_node` and none gives another."""
+    votes: dict[str, Counter[int]] = defaultdict(Counter)
+    totals: Counter[str] = Counter()
+    for d in raw:
+        totals[d.host_bridge] += 1
+        if d.numa_raw is not None and d.numa_raw >= 0:
+            votes[d.host_bridge][d.numa_raw] += 1
+    out = {}
+    for bridge, counter in votes.items():
+        if len(counter) == 1:
+            ((node, count),) = counter.items()
+            if 2 * count >= totals[bridge]:
+                out[bridge] = node
+    return out
+
+
+def _interesting(d: RawPci) -> bool:
+    """Devices whose unknown locality matters to placement: GPUs, NICs, NVMe."""
+    if d.class_code is None:
+        return False
+    return (
+        (d.vendor_id == NVIDIA_VENDOR_ID and d.class_code in GPU_CLASSES)
+        or d.class_code >> 8 == 0x02
+        or d.class_code == NVME_CLASS
+    )
+
+
+def build_pci(
+    raw: list[RawPci], nodes: tuple[NumaNode, ...], present: CpuSet, problems: Problems
+) -> tuple[PciDevice, ...]:
+    by_addr = {d.address: d for d in raw}
+    bridge_node = _host_bridge_nodes(raw)
+    node_cpus = {n.id: n.cpus for n in nodes}
+    out = []
+    for d in raw:
+        src = str(d.address)
+        numa: int | None = None
+        source: NumaSource = "unknown"
+        ancestor_numa: int | None = None
+        for anc in reversed(d.ancestors):
+            a = by_addr.get(anc)
+            if a is not None and a.numa_raw is not None and a.numa_raw >= 0:
+                ancestor_numa = a.numa_raw
+                break
+        local = d.local_cpus & present if d.local_cpus is not None else None
+        if d.numa_raw is not None and d.numa_raw >= 0:
+            numa, source = d.numa_raw, "own"
+            if ancestor_numa is not None and ancestor_numa != numa:
+                problems.add(
+                    "pci.numa.ancestor-disagrees",
+                    src,
+                    f"numa_node {numa} but upstream bridge says {ancestor_numa}; using own",
+                )
+        elif ancestor_numa is not None:
+            numa, source = ancestor_numa, "ancestor"
+        elif d.host_bridge in bridge_node:
+            numa, source = bridge_node[d.host_bridge], "host-bridge"
+        elif local:
+            guess = node_of_cpus(local, nodes)
+            if guess is not None:
+                numa, source = guess, "local-cpus"
+        if numa is not None and numa not in node_cpus and nodes:
+            problems.add("pci.numa.no-such-node", src, f"numa_node {numa} is not a NUMA node")
+        if numa is None and _interesting(d):
+            problems.add(
+                "pci.numa.unknown",
+                src,
+                "no numa_node (-1 or missing), no located ancestor, local CPUs "
+                f"{local.cpulist() if local else 'unknown'} span nodes: locality unknown",
+            )
+        if numa is not None and local and numa in node_cpus:
+            expected = node_cpus[numa]
+            if expected and local != expected:
+                problems.add(
+                    "pci.numa.local-cpus-disagree",
+                    src,
+                    f"NUMA node {numa} ({source}) has CPUs {expected.cpulist()} but "
+                    f"local_cpulist says {local.cpulist()}",
+                )
+        out.append(
+            PciDevice(
+                address=d.address,
+                sysfs_path=d.path,
+                host_bridge=d.host_bridge,
+                ancestors=d.ancestors,
+                class_code=d.class_code,
+                prog_if=d.prog_if,
+                vendor_id=d.vendor_id,
+                device_id=d.device_id,
+                subsystem_vendor_id=d.subsystem_vendor_id,
+                subsystem_device_id=d.subsystem_device_id,
+                driver=d.driver,
+                numa_node=numa,
+                numa_source=source,
+                numa_node_raw=d.numa_raw,
+                local_cpus=d.local_cpus,
+                link=d.link,
+                physfn=d.physfn,
+                sriov_numvfs=d.sriov_numvfs,
+            )
+        )
+        if d.link.width_downtrained and _interesting(d):
+            problems.add(
+                "pci.link.width-downtrained",
+                src,
+                f"PCIe link x{d.link.current_width} of x{d.link.max_width}",
+            )
+    return tuple(out)
+
+
+def effective_local_cpus(dev: PciDevice, nodes: tuple[NumaNode, ...]) -> CpuSet | None:
+    """The device's local CPUs: `local_cpulist` when given, else its node's CPUs."""
+    if dev.local_cpus:
+        return dev.local_cpus
+    if dev.numa_node is not None:
+        for n in nodes:
+            if n.id == dev.numa_node:
+                return n.cpus
+    return None
+
+
+# -- device kinds ------------------------------------------------------------------------------
+
+
+def _gpus(devices: tuple[PciDevice, ...]) -> tuple[Gpu, ...]:
+    gpus = [
+        d
+        for d in devices
+        if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code in GPU_CLASSES
+    ]
+    return tuple(
+        Gpu(
+            index=i,
+            address=d.address,
+            vendor_id=NVIDIA_VENDOR_ID,
+            device_id=d.device_id,
+            driver=d.driver,
+            numa_node=d.numa_node,
+            numa_source=d.numa_source,
+            local_cpus=d.local_cpus,
+            link=d.link,
+        )
+        for i, d in enumerate(gpus)  # devices are sorted by address: NVML's order
+    )
+
+
+def _attach_class_rdma(by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress]]) -> None:
+    for name, addr in pairs:
+        dev = by_addr.get(addr)
+        if dev is not None and name not in dev.rdma:
+            dev.rdma.append(name)
+            dev.rdma.sort()
+
+
+def _nics(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nic, ...]:
+    out = []
+    for d in devices:
+        r = raw[d.address]
+        is_net_class = d.class_code is not None and d.class_code >> 8 == 0x02
+        if not (is_net_class or r.rdma):
+            continue
+        out.append(
+            Nic(
+                address=d.address,
+                class_code=d.class_code,
+                vendor_id=d.vendor_id,
+                device_id=d.device_id,
+                driver=d.driver,
+                netdevs=tuple(sorted(r.netdevs, key=lambda n: n.name)),
+                rdma_devices=tuple(r.rdma),
+                numa_node=d.numa_node,
+                local_cpus=d.local_cpus,
+                link=d.link,
+                is_virtual_function=d.is_virtual_function,
+            )
+        )
+    return tuple(out)
+
+
+def _nvmes(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nvme, ...]:
+    out = []
+    for d in devices:
+        for ctrl, model in raw[d.address].nvme:
+            out.append(Nvme(controller=ctrl, address=d.address, model=model, numa_node=d.numa_node))
+    return tuple(sorted(out, key=lambda n: (n.address, n.controller)))

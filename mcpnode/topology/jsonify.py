@@ -1,0 +1,38 @@
+"""The topology as JSON-ready data with a schema version. Stable: key order follows the
+dataclasses, collections are already sorted, so two runs on one machine diff clean."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, NumaNode, PciAddress, Topology
+
+# Ids printed the way lspci and sysfs print them.
+_HEX4 = frozenset(
+    {"vendor_id", "device_id", "subsystem_vendor_id", "subsystem_device_id", "class_code"}
+)
+
+
+def jsonable(obj: Any, key: str | None = None) -> Any:
+    if isinstance(obj, CpuSet):
+        return obj.cpulist()
+    if isinstance(obj, PciAddress):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {f.name: jsonable(getattr(obj, f.name), f.name) for f in dataclasses.fields(obj)}
+        if isinstance(obj, NumaNode):
+            out["cpuless"] = obj.cpuless
+        return out
+    if isinstance(obj, tuple | list):
+        return [jsonable(x) for x in obj]
+    if isinstance(obj, int) and not isinstance(obj, bool) and key in _HEX4:
+        return f"0x{obj:04x}"
+    if key == "prog_if" and isinstance(obj, int):
+        return f"0x{obj:02x}"
+    return obj
+
+
+def topology_json(topo: Topology) -> dict[str, Any]:
+    body = jsonable(topo)
+    return {"schema": SCHEMA_VERSION, **body}

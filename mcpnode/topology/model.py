@@ -1,0 +1,316 @@
+"""The machine as frozen data. Imports nothing of mcpnode's.
+
+Conventions (DESIGN.md): units in field names, `None` for unknown (never -1 or 0 standing in
+for "don't know"), tuples and frozensets, collections sorted by a stable key (PCI address, id)
+so JSON outputs diff cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+SCHEMA_VERSION = "mcpnode.topology/v1"
+
+NVIDIA_VENDOR_ID = 0x10DE
+PCI_CLASS_BRIDGE_PCI = 0x0604  # PCI-to-PCI bridge (root ports and switch ports)
+# Base class 0x03 (display): 0x0300 VGA-compatible (consumer / workstation GPUs, some L40S
+# boards), 0x0302 3D controller (datacenter GPUs: A100, H100, H200, L4).
+GPU_CLASSES = frozenset({0x0300, 0x0302})
+NVME_CLASS = 0x0108  # mass storage / non-volatile memory controller
+# Network controllers: 0x0200 Ethernet, 0x0207 InfiniBand (ConnectX in IB mode),
+# 0x0280 "other" (some SmartNICs / DPUs).
+NIC_CLASSES = frozenset({0x0200, 0x0207, 0x0280})
+
+NumaSource = Literal["own", "ancestor", "host-bridge", "unknown"]
+
+
+class CpuSet(frozenset[int]):
+    """A set of CPU (or NUMA node) ids that prints as a Linux cpulist: `0-47,96-143`."""
+
+    def __new__(cls, ids: Iterable[int] = ()) -> CpuSet:
+        return super().__new__(cls, ids)
+
+    def cpulist(self) -> str:
+        """Kernel list format (Documentation/admin-guide/cputopology.rst); empty set -> ''."""
+        ids = sorted(self)
+        out: list[str] = []
+        i = 0
+        while i < len(ids):
+            j = i
+            while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+                j += 1
+            out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+            i = j + 1
+        return ",".join(out)
+
+    def __str__(self) -> str:
+        return self.cpulist()
+
+    def __repr__(self) -> str:
+        return f"CpuSet({self.cpulist()!r})"
+
+    def __and__(self, other: Iterable[int]) -> CpuSet:  # type: ignore[override]
+        return CpuSet(frozenset(self) & frozenset(other))
+
+    def __or__(self, other: Iterable[int]) -> CpuSet:  # type: ignore[override]
+        return CpuSet(frozenset(self) | frozenset(other))
+
+    def __sub__(self, other: Iterable[int]) -> CpuSet:  # type: ignore[override]
+        return CpuSet(frozenset(self) - frozenset(other))
+
+
+@dataclass(frozen=True, order=True)
+class PciAddress:
+    """domain:bus:device.function. Ordered numerically, printed as sysfs does: `0000:1b:00.0`."""
+
+    domain: int
+    bus: int
+    device: int
+    function: int
+
+    def __str__(self) -> str:
+        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}.{self.function:x}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that could not be read, or sources that did not agree.
+
+    `code` is stable (`pci.numa.disagree`), `source` names where it was seen (a logical path or a
+    PCI address), `detail` says what and, where known, what was used instead.
+    """
+
+    code: str
+    source: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Cpu:
+    id: int
+    online: bool
+    core_id: int | None
+    package_id: int | None
+    die_id: int | None
+    node: int | None  # NUMA node holding this CPU, None if no node lists it
+    siblings: CpuSet  # SMT siblings including itself (`thread_siblings_list`)
+
+
+@dataclass(frozen=True)
+class CpuTopology:
+    possible: CpuSet
+    present: CpuSet
+    online: CpuSet
+    cpus: tuple[Cpu, ...]  # the present CPUs, by id
+
+    @property
+    def offline(self) -> CpuSet:
+        return self.present - self.online
+
+
+@dataclass(frozen=True)
+class ProcessCpus:
+    """What *this process* may use, distinct from any device's locality.
+
+    nvidia-smi intersects a GPU's affinity with the caller's cpuset and prints an empty cell
+    inside a 1-CPU Slurm job (../shared/nvidia-topo/h200-8gpu-10nic-slurm-cgroup.txt); mcpnode
+    reports locality from sysfs and this separately.
+    """
+
+    cpus: CpuSet | None
+    mems: CpuSet | None
+    source: str | None  # logical path the answer came from
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: CpuSet  # as listed by the node, clipped to present CPUs
+    memory_mib: int | None  # MemTotal of the node; None when meminfo is unreadable
+    distances: tuple[tuple[int, int], ...]  # (other node id, SLIT distance), self included
+    has_cpus: bool
+    has_memory: bool
+
+    @property
+    def cpuless(self) -> bool:
+        """A memory-only node (GPU memory on Grace/POWER9, CXL, HBM): never a pinning target."""
+        return not self.has_cpus
+
+    def distance_to(self, other: int) -> int | None:
+        for node, dist in self.distances:
+            if node == other:
+                return dist
+        return None
+
+
+@dataclass(frozen=True)
+class PciLink:
+    """PCIe link from `current_link_{speed,width}` / `max_link_{speed,width}`."""
+
+    current_speed_gts: float | None
+    current_width: int | None
+    max_speed_gts: float | None
+    max_width: int | None
+
+    @property
+    def width_downtrained(self) -> bool:
+        """Trained narrower than it can: a real fault (reseat / riser / slot), unlike speed."""
+        return (
+            self.current_width is not None
+            and self.max_width is not None
+            and 0 < self.current_width < self.max_width
+        )
+
+    @property
+    def speed_downtrained(self) -> bool:
+        """Below max speed. Normal at idle for GPUs (ASPM / power saving downclocks the link)."""
+        return (
+            self.current_speed_gts is not None
+            and self.max_speed_gts is not None
+            and 0 < self.current_speed_gts < self.max_speed_gts
+        )
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    address: PciAddress
+    sysfs_path: str  # logical real path: /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0
+    host_bridge: str  # `pci0000:00`: the root complex this device hangs off
+    # Bridges between the host bridge and this device, top first (root port, switch ports...).
+    ancestors: tuple[PciAddress, ...]
+    class_code: int | None  # 16-bit base+sub class (`0x0302`); prog-if kept separately
+    prog_if: int | None
+    vendor_id: int | None
+    device_id: int | None
+    subsystem_vendor_id: int | None
+    subsystem_device_id: int | None
+    driver: str | None
+    numa_node: int | None  # resolved: own >= 0, else nearest ancestor, else host bridge
+    numa_source: NumaSource
+    numa_node_raw: int | None  # the device's own numa_node file (-1 kept as -1 here only)
+    local_cpus: CpuSet | None  # `local_cpulist` or the hex `local_cpus` mask
+    link: PciLink
+    physfn: PciAddress | None  # SR-IOV: the PF of a virtual function
+    sriov_numvfs: int | None
+
+    @property
+    def parent(self) -> PciAddress | None:
+        return self.ancestors[-1] if self.ancestors else None
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.class_code == PCI_CLASS_BRIDGE_PCI
+
+    @property
+    def is_virtual_function(self) -> bool:
+        return self.physfn is not None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU as sysfs sees it; NVML facts are merged by PCI address in a later layer."""
+
+    index: int  # position in PCI bus order, which is NVML's and nvidia-smi's order
+    address: PciAddress
+    vendor_id: int
+    device_id: int | None
+    driver: str | None
+    numa_node: int | None
+    numa_source: NumaSource
+    local_cpus: CpuSet | None
+    link: PciLink
+
+
+@dataclass(frozen=True)
+class NetDev:
+    name: str
+    operstate: str | None
+    mtu: int | None
+    speed_mbps: int | None  # None when down or unknown (sysfs reports -1 or EINVAL)
+    mac: str | None
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network PCI function with its netdevs and RDMA devices (mlx5_0 <-> ens1f0np0)."""
+
+    address: PciAddress
+    class_code: int | None
+    vendor_id: int | None
+    device_id: int | None
+    driver: str | None
+    netdevs: tuple[NetDev, ...]
+    rdma_devices: tuple[str, ...]
+    numa_node: int | None
+    local_cpus: CpuSet | None
+    link: PciLink
+    is_virtual_function: bool
+
+
+@dataclass(frozen=True)
+class Nvme:
+    controller: str  # nvme0
+    address: PciAddress
+    model: str | None
+    numa_node: int | None
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    hostname: str | None
+    kernel_release: str | None
+
+
+@dataclass(frozen=True)
+class Topology:
+    identity: HostIdentity
+    cpus: CpuTopology
+    numa_nodes: tuple[NumaNode, ...]
+    pci_devices: tuple[PciDevice, ...]
+    gpus: tuple[Gpu, ...]
+    nics: tuple[Nic, ...]
+    nvmes: tuple[Nvme, ...]
+    process: ProcessCpus
+    problems: tuple[Problem, ...] = field(default=())
+
+    def pci(self, address: PciAddress) -> PciDevice | None:
+        for dev in self.pci_devices:
+            if dev.address == address:
+                return dev
+        return None
+
+    def node(self, node_id: int) -> NumaNode | None:
+        for n in self.numa_nodes:
+            if n.id == node_id:
+                return n
+        return None
+
+    def rdma_nics(self) -> tuple[tuple[str, Nic], ...]:
+        """(rdma device, NIC) pairs in natural name order: nvidia-smi's NIC0..NICn columns."""
+        pairs = [(rdma, nic) for nic in self.nics for rdma in nic.rdma_devices]
+        return tuple(sorted(pairs, key=lambda p: natural_key(p[0])))
+
+
+def natural_key(name: str) -> tuple[object, ...]:
+    """`mlx5_2` < `mlx5_10`: how nvidia-smi and humans order device names."""
+    out: list[object] = []
+    num = ""
+    text = ""
+    for ch in name:
+        if ch.isdigit():
+            if text:
+                out.append(text)
+                text = ""
+            num += ch
+        else:
+            if num:
+                out.append(int(num))
+                num = ""
+            text += ch
+    if text:
+        out.append(text)
+    if num:
+        out.append(int(num))
+    return tuple((0, x) if isinstance(x, int) else (1, x) for x in out)
