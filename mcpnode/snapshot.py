@@ -50,7 +50,7 @@ def capture(host: Host) -> tuple[Topology, Recording]:
 
 
 def metadata(topo: Topology, now: datetime | None = None) -> dict[str, Any]:
-    when = now or datetime.now(timezone.utc)  # noqa: UP017 (3.10 has no datetime.UTC)
+    when = now or datetime.now(timezone.utc)
     body = json.dumps(topology_json(topo), sort_keys=True).encode()
     return {
         "format": SNAPSHOT_FORMAT,
@@ -71,7 +71,7 @@ def write_snapshot(host: Host, out: Path) -> SnapshotResult:
     topo, rec = capture(host)
     meta = metadata(topo)
     out = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path("."))
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path())
     try:
         with os.fdopen(fd, "wb") as raw:
             mode = "w:bz2" if out.name.endswith((".bz2", ".tbz2")) else "w:gz"

@@ -79,11 +79,17 @@ def _summary(topo: Topology) -> list[str]:
     allowed = topo.process.cpus
     if allowed is not None and allowed != topo.cpus.online:
         out.append(f"This process may use CPUs {allowed.cpulist()} of {topo.cpus.online.cpulist()}")
-    if topo.problems:
-        out.append(f"Problems ({len(topo.problems)}):")
-        out.extend(f"  [{p.code}] {p.source}: {p.detail}" for p in topo.problems[:50])
-        if len(topo.problems) > 50:
-            out.append(f"  ... {len(topo.problems) - 50} more (see --format json)")
+    out.extend(_problem_lines(topo))
+    return out
+
+
+def _problem_lines(topo: Topology, limit: int = 50) -> list[str]:
+    if not topo.problems:
+        return []
+    out = [f"Problems ({len(topo.problems)}):"]
+    out.extend(f"  [{p.code}] {p.source}: {p.detail}" for p in topo.problems[:limit])
+    if len(topo.problems) > limit:
+        out.append(f"  ... {len(topo.problems) - limit} more (see --format json)")
     return out
 
 
@@ -170,6 +176,7 @@ def as_tree(topo: Topology) -> str:
             out.append(f"  {hb} (host bridge)")
             for d in roots[hb]:
                 walk(d, 1)
+    out.extend(_problem_lines(topo))
     return "\n".join(out) + "\n"
 
 

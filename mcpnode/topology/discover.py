@@ -108,9 +108,7 @@ def build_nodes(raw: RawNodes, cpus: CpuTopology, problems: Problems) -> tuple[N
                     f"{len(n.distance_row)} distances for {len(online_ids)} online nodes",
                 )
         memory_mib = n.memory_kib // 1024 if n.memory_kib is not None else None
-        has_memory = (
-            (n.id in raw.has_memory) if raw.has_memory is not None else bool(memory_mib)
-        )
+        has_memory = (n.id in raw.has_memory) if raw.has_memory is not None else bool(memory_mib)
         out.append(
             NumaNode(
                 id=n.id,
@@ -280,11 +278,7 @@ def effective_local_cpus(dev: PciDevice, nodes: tuple[NumaNode, ...]) -> CpuSet 
 
 
 def _gpus(devices: tuple[PciDevice, ...]) -> tuple[Gpu, ...]:
-    gpus = [
-        d
-        for d in devices
-        if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code in GPU_CLASSES
-    ]
+    gpus = [d for d in devices if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code in GPU_CLASSES]
     return tuple(
         Gpu(
             index=i,
@@ -301,7 +295,9 @@ def _gpus(devices: tuple[PciDevice, ...]) -> tuple[Gpu, ...]:
     )
 
 
-def _attach_class_rdma(by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress]]) -> None:
+def _attach_class_rdma(
+    by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress]]
+) -> None:
     for name, addr in pairs:
         dev = by_addr.get(addr)
         if dev is not None and name not in dev.rdma:

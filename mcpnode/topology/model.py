@@ -23,7 +23,7 @@ NVME_CLASS = 0x0108  # mass storage / non-volatile memory controller
 # 0x0280 "other" (some SmartNICs / DPUs).
 NIC_CLASSES = frozenset({0x0200, 0x0207, 0x0280})
 
-NumaSource = Literal["own", "ancestor", "host-bridge", "unknown"]
+NumaSource = Literal["own", "ancestor", "host-bridge", "local-cpus", "unknown"]
 
 
 class CpuSet(frozenset[int]):

@@ -41,15 +41,16 @@ def parse_hex(text: str) -> int:
 def parse_cpulist(text: str) -> CpuSet:
     """Kernel list format: `0-3,8,10-11`; an empty file is the empty set.
 
-    Also accepts the stride form `0-15:2` (bitmap_parselist, lib/bitmap.c, since 4.x) and the
-    `N` shorthand for the last id is not accepted (only valid as kernel *input*).
+    Also accepts the group form `0-15:2/4` (first 2 of every 4; bitmap_parselist in lib/bitmap.c,
+    documented in Documentation/admin-guide/kernel-parameters.rst). The `N` shorthand for the
+    last id is not accepted: it is valid only as kernel *input*.
     """
     t = text.strip()
     if not t:
         return CpuSet()
     out: set[int] = set()
     for part in t.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+)(?:/(\d+))?)?)?", part.strip())
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?", part.strip())
         if not m:
             raise ParseError(f"not a cpu list: {_clip(text)!r}")
         lo = int(m.group(1))
@@ -57,8 +58,7 @@ def parse_cpulist(text: str) -> CpuSet:
         if hi < lo or hi >= _MAX_CPU_ID:
             raise ParseError(f"bad cpu range {part!r} in {_clip(text)!r}")
         if m.group(3) is not None:
-            used = int(m.group(3))
-            group = int(m.group(4)) if m.group(4) is not None else used
+            used, group = int(m.group(3)), int(m.group(4))
             if used == 0 or group == 0 or used > group:
                 raise ParseError(f"bad cpu range stride {part!r}")
             out.update(i for i in range(lo, hi + 1) if (i - lo) % group < used)

@@ -54,9 +54,7 @@ class Problems:
         self.items.append(Problem(code, source, detail))
 
 
-def read_value(
-    host: Host, path: str, parser: Callable[[str], T], problems: Problems
-) -> T | None:
+def read_value(host: Host, path: str, parser: Callable[[str], T], problems: Problems) -> T | None:
     """Read and parse one file. Absent -> None silently; unreadable or garbage -> None and a
     Problem naming the file."""
     try:
@@ -123,7 +121,9 @@ def read_cpus(host: Host, problems: Problems) -> CpuTopology:
                 id=cpu_id,
                 online=cpu_id in online,
                 core_id=read_value(host, f"{base}/core_id", parse.parse_int, problems),
-                package_id=read_value(host, f"{base}/physical_package_id", parse.parse_int, problems),
+                package_id=read_value(
+                    host, f"{base}/physical_package_id", parse.parse_int, problems
+                ),
                 die_id=read_value(host, f"{base}/die_id", parse.parse_int, problems),
                 node=None,  # filled by discover from the node cpulists
                 # Offline CPUs lose their topology/ dir on many kernels: a CPU is its own sibling.
@@ -182,7 +182,9 @@ def read_nodes(host: Host, problems: Problems) -> RawNodes:
         )
     has_memory = read_value(host, f"{SYS_NODE}/has_memory", parse.parse_cpulist, problems)
     if has_memory is None:
-        has_memory = read_value(host, f"{SYS_NODE}/has_normal_memory", parse.parse_cpulist, problems)
+        has_memory = read_value(
+            host, f"{SYS_NODE}/has_normal_memory", parse.parse_cpulist, problems
+        )
     return RawNodes(
         nodes=tuple(nodes),
         online=read_value(host, f"{SYS_NODE}/online", parse.parse_cpulist, problems),
@@ -343,17 +345,22 @@ def _add_unwalked(host: Host, found: list[RawPci], problems: Problems) -> None:
         try:
             real = host.realpath(f"{SYS_BUS_PCI}/{name}")
         except HostError as err:
-            problems.add("pci.vanished", f"{SYS_BUS_PCI}/{name}", f"{type(err).__name__}: {err.detail}")
+            problems.add(
+                "pci.vanished", f"{SYS_BUS_PCI}/{name}", f"{type(err).__name__}: {err.detail}"
+            )
             continue
         parent = real.rsplit("/", 2)[-2] if real.count("/") >= 2 else ""
-        bridge = parent if parse.is_host_bridge_name(parent) else f"pci{addr.domain:04x}:{addr.bus:02x}"
+        bridge = (
+            parent if parse.is_host_bridge_name(parent) else f"pci{addr.domain:04x}:{addr.bus:02x}"
+        )
         dev = _read_pci_function(host, real, name, bridge, (), problems)
         if dev is None:
             continue
         problems.add(
             "pci.outside-tree",
             str(addr),
-            f"not below /sys/devices/pci*; upstream bridges unknown, root complex taken as {bridge}",
+            f"not below /sys/devices/pci*: upstream bridges unknown, root complex taken as "
+            f"{bridge}",
         )
         found.append(dev)
         seen.add(addr)

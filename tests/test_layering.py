@@ -1,0 +1,73 @@
+"""Imports flow one way (DESIGN.md): model imports nothing of ours, topology never imports the
+CLI, only host.py touches the machine."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "mcpnode"
+
+# Lower layers first; a module may import only from its own layer or below.
+LAYERS = ["errors", "host", "topology", "snapshot", "cli"]
+ALLOWED_EXTRA = {"__init__": 0, "__main__": len(LAYERS)}
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else "__init__"
+    if name in ALLOWED_EXTRA:
+        return ALLOWED_EXTRA[name]
+    return LAYERS.index(name)
+
+
+def imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mcpnode"):
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names if a.name.startswith("mcpnode"))
+    return out
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        out.append((".".join(rel.parts), path))
+    return out
+
+
+def test_imports_flow_downward() -> None:
+    bad = []
+    for mod, path in modules():
+        for imp in imports(path):
+            if imp == "mcpnode":
+                continue
+            if layer_of(imp) > layer_of(mod):
+                bad.append(f"{mod} imports {imp}")
+    assert bad == []
+
+
+def test_model_imports_nothing_of_ours() -> None:
+    assert imports(PKG / "topology" / "model.py") == []
+
+
+def test_only_host_touches_the_machine() -> None:
+    pattern = re.compile(
+        r"\bopen\(|os\.listdir|os\.scandir|glob\.|subprocess|['\"]/(proc|sys)/|shell=True"
+    )
+    offenders = []
+    for mod, path in modules():
+        if mod in ("mcpnode.host", "mcpnode.snapshot"):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if pattern.search(code):
+                offenders.append(f"{mod}:{i}: {line.strip()}")
+    # Logical paths are named in the readers (topology/sysfs.py) and resolved by Host.
+    offenders = [o for o in offenders if not o.startswith("mcpnode.topology.sysfs:")]
+    assert offenders == []
