@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from mcpnode.errors import (
     AccessDenied,
@@ -74,9 +74,9 @@ class Recording:
     dirs: set[str]
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One directory entry as listed, without following symlinks."""
+class Entry(NamedTuple):
+    """One directory entry as listed, without following symlinks. A NamedTuple rather than a
+    dataclass: discovery lists thousands of these (SR-IOV hosts), and tuples sort by name."""
 
     name: str
     is_dir: bool  # a real directory (never a symlink to one)
@@ -273,7 +273,9 @@ class Host:
 
     def read_bytes(self, logical: str) -> bytes:
         """The whole content of a file. Raises a HostError subclass on any failure."""
-        flags = os.O_RDONLY | os.O_CLOEXEC
+        # O_NONBLOCK: a FIFO planted in a directory root must not hang discovery; regular,
+        # sysfs and procfs files ignore the flag.
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
         try:
             fs = self._real_fs(logical)
             if not self._native:
@@ -376,14 +378,15 @@ class Host:
             with os.scandir(fs) as it:
                 for de in it:
                     try:
-                        is_link = de.is_symlink()
-                        is_dir = not is_link and de.is_dir(follow_symlinks=False)
+                        # d_type from readdir answers both without a stat on sysfs and ext4.
+                        is_dir = de.is_dir(follow_symlinks=False)
+                        is_link = not is_dir and de.is_symlink()
                     except OSError:
                         continue  # vanished between readdir and stat
                     out.append(Entry(de.name, is_dir, is_link))
         except OSError as err:
             raise _translate(err, logical) from err
-        out.sort(key=lambda e: e.name)
+        out.sort()  # names are unique, so tuples order by name
         if self._recording is not None:
             self._record_listing(real, out)
         cache = self._cache

@@ -220,3 +220,12 @@ def test_empty_root_gives_empty_topology_with_problems(tmp_path: Path) -> None:
     topo = run(tmp_path)
     assert topo.gpus == () and topo.pci_devices == ()
     assert "numa.none" in codes(topo)
+
+
+def test_fifo_in_a_directory_root_does_not_hang(tmp_path: Path) -> None:
+    root = build(tmp_path)
+    (root / GPU_DIR / "numa_node").unlink()
+    os.mkfifo(root / GPU_DIR / "numa_node")
+    topo = run(root)  # a blocking open would hang here forever
+    assert f"/{GPU_DIR}/numa_node" in codes(topo)["read.garbage"]
+    assert_intact(topo)

@@ -180,11 +180,10 @@ def read_nodes(host: Host, problems: Problems) -> RawNodes:
                 distance_row=read_value(host, f"{base}/distance", parse.parse_distances, problems),
             )
         )
+    # `has_memory` is N_MEMORY (Linux 3.8+). Without it discover uses each node's MemTotal, not
+    # `has_normal_memory`: that one leaves out nodes whose memory is all ZONE_MOVABLE or HIGHMEM
+    # (hotplugged, CXL), and in 48amd64-4pa2n6c-sparse it still says 0-7 for nodes 0-2,33,...,73.
     has_memory = read_value(host, f"{SYS_NODE}/has_memory", parse.parse_cpulist, problems)
-    if has_memory is None:
-        has_memory = read_value(
-            host, f"{SYS_NODE}/has_normal_memory", parse.parse_cpulist, problems
-        )
     return RawNodes(
         nodes=tuple(nodes),
         online=read_value(host, f"{SYS_NODE}/online", parse.parse_cpulist, problems),
@@ -228,21 +227,27 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
     if not mounts:
         plain = read_value(host, "/proc/mounts", lambda t: t, problems)
         mounts = parse.parse_mounts(plain) if plain else []
-    candidates: list[tuple[str, str, str]] = []
+    # (mount point, cgroup path, cpus file, mems file). The mems name is spelled out: deriving it
+    # by replacing "cpus" also rewrote the "cpuset." prefix (`memset.mems.effective`).
+    candidates: list[tuple[str, str, str, str]] = []
     for _src, mnt, fstype, opts in mounts:
         if fstype == "cgroup2" and v2_path is not None:
-            candidates.append((mnt, v2_path, "cpuset.cpus.effective"))
-        elif fstype == "cgroup" and "cpuset" in opts:
+            candidates.append((mnt, v2_path, "cpuset.cpus.effective", "cpuset.mems.effective"))
+        elif fstype == "cpuset" or (fstype == "cgroup" and "cpuset" in opts):
             cg = v1_path if v1_path is not None else v2_path
-            if cg is not None:
-                candidates.append((mnt, cg, "cpuset.effective_cpus"))
-                candidates.append((mnt, cg, "cpuset.cpus"))
-    for mnt, cg, cpus_file in candidates:
+            if cg is None:
+                continue
+            # The legacy `cpuset` filesystem, and cgroup v1 mounted with `noprefix` to emulate it
+            # (40intel64's `/dev/cpuset`), name the files without the `cpuset.` prefix
+            # (Documentation/admin-guide/cgroup-v1/cgroups.rst, `noprefix`); hwloc does the same.
+            pre = "" if fstype == "cpuset" or "noprefix" in opts else "cpuset."
+            candidates.append((mnt, cg, f"{pre}effective_cpus", f"{pre}effective_mems"))
+            candidates.append((mnt, cg, f"{pre}cpus", f"{pre}mems"))
+    for mnt, cg, cpus_file, mems_file in candidates:
         base = mnt.rstrip("/") + ("/" + cg.strip("/") if cg.strip("/") else "")
         cpus = read_value(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
         if cpus is None:
             continue
-        mems_file = cpus_file.replace("cpus", "mems")
         mems = read_value(host, f"{base}/{mems_file}", parse.parse_cpulist, problems)
         return ProcessCpus(cpus=cpus, mems=mems, source=f"{base}/{cpus_file}")
     return ProcessCpus(cpus=None, mems=None, source=None)
@@ -420,9 +425,9 @@ def _read_pci_function(
     )
     dev.sriov_numvfs = val("sriov_numvfs", parse.parse_int)
     if "driver" in names and names["driver"].is_symlink:
-        dev.driver = host.link_name(f"{path}/driver")
+        dev.driver = _link_name(host, f"{path}/driver", problems)
     if "physfn" in names and names["physfn"].is_symlink:
-        pf = host.link_name(f"{path}/physfn")
+        pf = _link_name(host, f"{path}/physfn", problems)
         if pf is not None and parse.is_pci_address(pf):
             dev.physfn = parse.parse_pci_address(pf)
     if "net" in names and names["net"].is_dir:
@@ -434,6 +439,14 @@ def _read_pci_function(
             model = read_value(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
             dev.nvme.append((ctrl, model or None))
     return dev
+
+
+def _link_name(host: Host, path: str, problems: Problems) -> str | None:
+    try:
+        return host.link_name(path)
+    except HostError as err:
+        problems.add("read.error", path, f"{type(err).__name__}: {err.detail}")
+        return None
 
 
 def _list(host: Host, path: str, problems: Problems) -> list[str]:
