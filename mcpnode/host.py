@@ -260,6 +260,14 @@ class Host:
         """Filesystem path of `logical` with every symlink but the last resolved in-root."""
         if self._native:
             return "/" + "/".join(_split(logical))
+        cache = self._cache
+        if cache is not None:
+            # Hot path of a discovery pass: the directory was listed (and cached) just before
+            # its attributes are read, so one dict lookup replaces the component walk.
+            parent_key, _, name = logical.rpartition("/")
+            hit = cache.get(parent_key)
+            if hit is not None and name not in ("", ".", ".."):
+                return self._prefix + (hit if hit != "/" else "") + "/" + name
         parts = _split(logical)
         if not parts:
             return self._prefix or "/"
@@ -373,17 +381,19 @@ class Host:
         """
         real = self.realpath(logical)
         fs = self.fs_path(real)
-        out: list[Entry] = []
         try:
-            with os.scandir(fs) as it:
-                for de in it:
-                    try:
-                        # d_type from readdir answers both without a stat on sysfs and ext4.
-                        is_dir = de.is_dir(follow_symlinks=False)
-                        is_link = not is_dir and de.is_symlink()
-                    except OSError:
-                        continue  # vanished between readdir and stat
-                    out.append(Entry(de.name, is_dir, is_link))
+            try:
+                # d_type from readdir answers both tests without a stat on sysfs, procfs, ext4
+                # and tmpfs, so this is one getdents loop.
+                with os.scandir(fs) as it:
+                    out = [
+                        Entry(de.name, de.is_dir(follow_symlinks=False), de.is_symlink())
+                        for de in it
+                    ]
+            except FileNotFoundError:
+                # Where d_type is unknown a stat is needed, and an entry may vanish between
+                # readdir and that stat (a device going away): skip just that entry.
+                out = self._scandir_tolerant(fs)
         except OSError as err:
             raise _translate(err, logical) from err
         out.sort()  # names are unique, so tuples order by name
@@ -396,6 +406,17 @@ class Host:
                 if e.is_dir:
                     p = base + "/" + e.name
                     cache[p] = p
+        return out
+
+    @staticmethod
+    def _scandir_tolerant(fs: str) -> list[Entry]:
+        out = []
+        with os.scandir(fs) as it:
+            for de in it:
+                try:
+                    out.append(Entry(de.name, de.is_dir(follow_symlinks=False), de.is_symlink()))
+                except FileNotFoundError:
+                    continue
         return out
 
     def _record_listing(self, real: str, entries: list[Entry]) -> None:

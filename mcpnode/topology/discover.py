@@ -32,6 +32,7 @@ from mcpnode.topology.model import (
     Nvme,
     PciAddress,
     PciDevice,
+    ProcessCpus,
     Topology,
 )
 from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
@@ -51,6 +52,10 @@ def discover(host: Host) -> Topology:
         raw_pci = sysfs.walk_pci(host, problems)
         rdma_class = sysfs.read_rdma_class(host, problems)
         nvidia_claimed = sysfs.read_nvidia_driver_gpus(host)
+    # A cpuset may name CPUs that are offline or absent (cgroup v1 `cpuset.effective_cpus` on
+    # nvidiagpunumanodes lists 0-87 of 0-15,88-103): only online CPUs can run this process.
+    if process.cpus is not None:
+        process = ProcessCpus(process.cpus & cpus.online, process.mems, process.source)
     nodes = build_nodes(raw_nodes, cpus, problems)
     cpus = _with_cpu_nodes(cpus, nodes)
     for raw in raw_pci:
@@ -170,7 +175,10 @@ def _host_bridge_nodes(raw: list[RawPci]) -> dict[str, int]:
 
 
 def _interesting(d: RawPci) -> bool:
-    """Devices whose unknown locality matters to placement: GPUs, NICs, NVMe."""
+    """Devices whose unknown locality matters to placement: GPUs, NICs (network class, or any
+    function carrying an RDMA device, like QLogic's class 0x0c06 InfiniBand HCAs), NVMe."""
+    if d.rdma:
+        return True
     if d.class_code is None:
         return False
     return (

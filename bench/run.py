@@ -1,0 +1,206 @@
+"""Discovery benchmarks. Figures are ratios against a peer run in the same script, alternated
+round by round, because these machines are noisy (STYLE: speed is measured here, not in tests).
+
+1. Whole process: `mcpnode topo --format json --root X` vs hwloc's
+   `lstopo-no-graphics --whole-io --of xml` on the same unpacked dump (../shared/hosts).
+   Also the floor every Python CLI pays here: `python -c pass` and `python -c "import click"`.
+2. In process: `discover(Host(X))` per dump.
+3. Scaling: a synthetic 2-socket host (8 GPUs, 8 NICs) with 512..4096 SR-IOV VFs from the
+   fixture generator: time per device should stay flat (linear growth).
+4. `mcpnode --help` start-up.
+
+Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
+never on a missed target (targets are printed next to the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mcpnode.host import Host  # noqa: E402
+from mcpnode.topology.discover import discover  # noqa: E402
+
+SHARED_HOSTS = Path(os.environ.get("MCPNODE_SHARED_HOSTS", ROOT.parent / "shared" / "hosts"))
+OUT = ROOT / "bench" / "out"
+ROUNDS = int(os.environ.get("MCPNODE_BENCH_ROUNDS", "15"))
+MCPNODE = [sys.executable, "-m", "mcpnode"]
+if (Path(sys.executable).parent / "mcpnode").exists():
+    MCPNODE = [str(Path(sys.executable).parent / "mcpnode")]  # the console script, as installed
+LSTOPO = shutil.which("lstopo-no-graphics")
+
+
+def timed_run(argv: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def alternate(cases: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, float]:
+    """Median seconds per case, the cases interleaved each round so drift hits all alike."""
+    for fn in cases.values():
+        fn()  # warm the page cache and the interpreter's .pyc files
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples[name].append(fn())
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"
+
+
+def unpack_dumps(dest: Path) -> dict[str, Path]:
+    roots: dict[str, Path] = {}
+    if not SHARED_HOSTS.is_dir():
+        return roots
+    for tarball in sorted(SHARED_HOSTS.glob("*.tar.bz2")):
+        name = tarball.name.removesuffix(".tar.bz2")
+        target = dest / name
+        target.mkdir()
+        subprocess.run(["tar", "-xjf", str(tarball), "-C", str(target)], check=True)
+        (top,) = [p for p in target.iterdir() if p.is_dir()]
+        roots[name] = top
+    return roots
+
+
+def bench_whole_process(roots: dict[str, Path]) -> list[dict[str, object]]:
+    print(
+        "\n== Whole process: mcpnode topo --format json vs lstopo-no-graphics --whole-io --of xml"
+    )
+    if LSTOPO is None:
+        print("   lstopo-no-graphics not found (Debian package `hwloc`): skipped")
+        return []
+    rows = []
+    for name, root in roots.items():
+        env = dict(
+            os.environ,
+            HWLOC_COMPONENTS="linux,stop",
+            HWLOC_FSROOT=str(root),
+            HWLOC_DUMPED_HWDATA_DIR="/var/run/hwloc",
+        )
+        lstopo_argv = [LSTOPO, "--whole-io", "--of", "xml", "-"]
+        mcp_argv = [*MCPNODE, "topo", "--format", "json", "--root", str(root)]
+        t = alternate(
+            {
+                "lstopo": lambda a=lstopo_argv, e=env: timed_run(a, e),  # type: ignore[misc]
+                "mcpnode": lambda a=mcp_argv: timed_run(a),  # type: ignore[misc]
+            }
+        )
+        ratio = t["mcpnode"] / t["lstopo"]
+        target = " (target <= 1.5x)" if name.startswith("32em64t") else ""
+        print(
+            f"   {name:42s} lstopo {ms(t['lstopo'])}  mcpnode {ms(t['mcpnode'])}  "
+            f"ratio {ratio:5.2f}x{target}"
+        )
+        rows.append(
+            {"dump": name, "lstopo_s": t["lstopo"], "mcpnode_s": t["mcpnode"], "ratio": ratio}
+        )
+    return rows
+
+
+def bench_floor() -> dict[str, float]:
+    print("\n== Start-up floor (what any Python CLI built on click pays before doing work)")
+    py = sys.executable
+    cases: dict[str, Callable[[], float]] = {
+        "python -c pass": lambda: timed_run([py, "-c", "pass"]),
+        "python -c 'import click'": lambda: timed_run([py, "-c", "import click"]),
+        "mcpnode --help": lambda: timed_run([*MCPNODE, "--help"]),
+    }
+    t = alternate(cases)
+    for k, v in t.items():
+        print(f"   {k:28s} {ms(v)}")
+    print(
+        f"   mcpnode --help target < 150 ms: {'met' if t['mcpnode --help'] < 0.150 else 'MISSED'}"
+    )
+    return t
+
+
+def time_discover(root: Path, rounds: int = ROUNDS) -> float:
+    host = Host(root)
+    discover(host)
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        discover(host)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def bench_in_process(roots: dict[str, Path]) -> list[dict[str, object]]:
+    print("\n== In process: discover(Host(root)), median")
+    rows = []
+    for name, root in roots.items():
+        t = time_discover(root)
+        with Host(root) as host:
+            n = len(discover(host).pci_devices)
+        print(
+            f"   {name:42s} {ms(t)}  {n:4d} PCI functions  {t / max(n, 1) * 1e6:7.1f} us/function"
+        )
+        rows.append({"dump": name, "seconds": t, "pci_functions": n})
+    return rows
+
+
+def bench_scaling(tmp: Path) -> list[dict[str, object]]:
+    print("\n== Scaling: synthetic 8-GPU/8-NIC host with N SR-IOV virtual functions")
+    gen = ROOT / "tests" / "fixturegen.py"
+    rows = []
+    for n_vfs in (0, 512, 1024, 2048, 4096):
+        out = tmp / f"vf{n_vfs}"
+        subprocess.run(
+            [sys.executable, str(gen), "--synthetic-vfs", str(n_vfs), "--out", str(out)],
+            check=True,
+            cwd=ROOT,
+        )
+        (root,) = [p for p in out.iterdir() if p.is_dir()] if not (out / "sys").exists() else [out]
+        t = time_discover(root, rounds=max(3, ROUNDS // 3))
+        with Host(root) as host:
+            n = len(discover(host).pci_devices)
+        per = t / n * 1e6
+        print(f"   {n_vfs:5d} VFs: {n:5d} PCI functions {ms(t)}  {per:6.1f} us/function")
+        rows.append({"vfs": n_vfs, "pci_functions": n, "seconds": t, "us_per_function": per})
+    if len(rows) >= 3:
+        base = rows[1]["us_per_function"]
+        last = rows[-1]
+        assert isinstance(base, float) and isinstance(last["us_per_function"], float)
+        growth = last["us_per_function"] / base
+        print(f"   cost per function at 4096 VFs vs 512 VFs: {growth:4.2f}x (1.0 = linear)")
+        secs = last["seconds"]
+        assert isinstance(secs, float)
+        print(f"   4096-VF host target < 1 s: {'met' if secs < 1.0 else 'MISSED'} ({secs:.3f} s)")
+    return rows
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mcpnode-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        roots = unpack_dumps(tmp / "dumps")
+        if not roots:
+            print(f"note: {SHARED_HOSTS} not found: the hwloc comparisons are skipped")
+        results = {
+            "rounds": ROUNDS,
+            "python": sys.version.split()[0],
+            "whole_process": bench_whole_process(roots),
+            "floor": bench_floor(),
+            "in_process": bench_in_process(roots),
+            "scaling": bench_scaling(tmp / "synthetic"),
+        }
+    (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nresults: {OUT / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
