@@ -156,7 +156,7 @@ def bench_in_process(roots: dict[str, Path]) -> list[dict[str, object]]:
 def bench_scaling(tmp: Path) -> list[dict[str, object]]:
     print("\n== Scaling: synthetic 8-GPU/8-NIC host with N SR-IOV virtual functions")
     gen = ROOT / "tests" / "fixturegen.py"
-    rows = []
+    rows: list[dict[str, object]] = []
     for n_vfs in (0, 512, 1024, 2048, 4096):
         out = tmp / f"vf{n_vfs}"
         subprocess.run(
