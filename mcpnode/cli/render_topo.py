@@ -71,7 +71,10 @@ def _summary(topo: Topology) -> list[str]:
         for nic in nics:
             names = ",".join(d.name for d in nic.netdevs) or "-"
             rdma = ",".join(nic.rdma_devices) or "-"
-            node = nic.numa_node if nic.numa_node is not None else "unknown"
+            dev = topo.pci(nic.address)
+            node = "unknown" if nic.numa_node is None else str(nic.numa_node)
+            if dev is not None and dev.numa_source not in ("own", "unknown"):
+                node += f" (via {dev.numa_source})"
             out.append(f"  {nic.address} netdev {names} rdma {rdma} NUMA {node}")
     vfs = sum(1 for n in topo.nics if n.is_virtual_function)
     if vfs:

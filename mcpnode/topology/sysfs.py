@@ -42,6 +42,7 @@ PROC_OSRELEASE = "/proc/sys/kernel/osrelease"
 
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
 _NODE_DIR = re.compile(r"^node(\d+)$")
+_VIRTIO_DIR = re.compile(r"^virtio\d+$")
 
 
 class Problems:
@@ -432,6 +433,13 @@ def _read_pci_function(
             dev.physfn = parse.parse_pci_address(pf)
     if "net" in names and names["net"].is_dir:
         dev.netdevs = _read_netdevs(host, f"{path}/net", problems)
+    for name_, entry in names.items():
+        # virtio-net puts its netdev one level down: <pci fn>/virtio0/net/eth0 (the virtio bus
+        # device sits between the PCI function and the netdev).
+        if entry.is_dir and _VIRTIO_DIR.match(name_):
+            sub = f"{path}/{name_}"
+            if host.is_dir(f"{sub}/net"):
+                dev.netdevs.extend(_read_netdevs(host, f"{sub}/net", problems))
     if "infiniband" in names and names["infiniband"].is_dir:
         dev.rdma = _list(host, f"{path}/infiniband", problems)
     if "nvme" in names and names["nvme"].is_dir:
