@@ -69,7 +69,7 @@ def unpack_dumps(dest: Path) -> dict[str, Path]:
     for tarball in sorted(SHARED_HOSTS.glob("*.tar.bz2")):
         name = tarball.name.removesuffix(".tar.bz2")
         target = dest / name
-        target.mkdir()
+        target.mkdir(parents=True)
         subprocess.run(["tar", "-xjf", str(tarball), "-C", str(target)], check=True)
         (top,) = [p for p in target.iterdir() if p.is_dir()]
         roots[name] = top

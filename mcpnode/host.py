@@ -301,17 +301,19 @@ class Host:
         except OSError as err:
             raise _translate(err, logical) from err
         try:
-            chunks = []
-            while True:
-                chunk = os.read(fd, _READ_CHUNK)
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            # A short read is EOF for sysfs attributes (one page, returned whole), for procfs
+            # seq_files (seq_read fills the buffer until EOF) and for regular files, so the
+            # common case is one read() instead of read() + an empty read().
+            data = os.read(fd, _READ_CHUNK)
+            if len(data) == _READ_CHUNK:
+                chunks = [data]
+                while chunk := os.read(fd, _READ_CHUNK):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
         except OSError as err:
             raise _translate(err, logical) from err
         finally:
             os.close(fd)
-        data = b"".join(chunks)
         if self._recording is not None:
             self._recording.files[fs[len(self._prefix) :]] = data
         return data
@@ -434,8 +436,40 @@ class Host:
                     rec.links[f"{base}/{e.name}"] = os.readlink(f"{self._prefix}{base}/{e.name}")
 
     def listdir(self, logical: str) -> list[str]:
-        """Names in a directory, sorted. Raises a HostError subclass."""
-        return [e.name for e in self.scandir(logical)]
+        """Names in a directory, sorted. Raises a HostError subclass.
+
+        Names only (os.listdir), so it costs no Python object per entry: a PCI function's
+        directory has ~40 entries of which discovery needs a handful. While recording, the
+        listing goes through scandir() so the snapshot learns which entries are directories.
+        """
+        if self._recording is not None:
+            return [e.name for e in self.scandir(logical)]
+        real = self.realpath(logical)
+        try:
+            names = os.listdir(self.fs_path(real))
+        except OSError as err:
+            raise _translate(err, logical) from err
+        names.sort()
+        return names
+
+    def is_real_dir(self, logical: str) -> bool:
+        """True when the last component is a directory itself, not a symlink to one (lstat).
+
+        Inside a oneshot() block the directory is remembered as resolved, like scandir() does.
+        """
+        try:
+            fs = self._real_fs(logical)
+            st = os.lstat(fs)
+        except (OSError, HostError):
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        real = fs[len(self._prefix) :] or "/"
+        if self._cache is not None and not self._native:
+            self._cache[real] = real
+        if self._recording is not None:
+            self._recording.dirs.add(real)
+        return True
 
     def listdir_optional(self, logical: str) -> list[str] | None:
         """Names in a directory, or None when it does not exist."""

@@ -1061,3 +1061,23 @@ def test_realpath_matches_the_kernel_on_many_paths(maze: Host) -> None:
         for _ in range(3000)
     ]
     check_paths(maze, paths)
+
+
+def test_listdir_fast_path_and_is_real_dir(tmp_path: Path) -> None:
+    put(tmp_path, "sys/devices/pci0000:00/0000:00:01.0/class", "0x060400\n")
+    put(tmp_path, "sys/devices/pci0000:00/attr", "x\n")
+    link(tmp_path, "sys/devices/pci0000:00/alias", "0000:00:01.0")
+    host = Host(tmp_path)
+    base = "/sys/devices/pci0000:00"
+    names = ["0000:00:01.0", "alias", "attr"]
+    assert host.listdir(base) == names
+    with host.recording() as rec:
+        assert host.listdir(base) == names  # same answer through scandir while recording
+    assert f"{base}/0000:00:01.0" in rec.dirs and rec.links[f"{base}/alias"] == "0000:00:01.0"
+    assert host.is_real_dir(f"{base}/0000:00:01.0")
+    assert not host.is_real_dir(f"{base}/alias")  # a symlink to a directory is not one
+    assert not host.is_real_dir(f"{base}/attr")
+    assert not host.is_real_dir(f"{base}/missing")
+    with host.oneshot():
+        assert host.is_real_dir(f"{base}/0000:00:01.0")
+        assert host.read_text(f"{base}/0000:00:01.0/class") == "0x060400\n"

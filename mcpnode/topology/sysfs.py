@@ -301,32 +301,33 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
     except HostError as err:
         problems.add("pci.unreadable", SYS_DEVICES, f"{type(err).__name__}: {err.detail}")
         return out
-    # (directory, host bridge name, ancestors)
-    stack: list[tuple[str, str, tuple[PciAddress, ...]]] = [
-        (f"{SYS_DEVICES}/{e.name}", e.name, ())
+    # (directory, host bridge name, ancestors, its child directories when already known)
+    Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None"]
+    stack: list[Item] = [
+        (f"{SYS_DEVICES}/{e.name}", e.name, (), None)
         for e in reversed(top)
         if e.is_dir and parse.is_host_bridge_name(e.name)
     ]
     while stack:
-        dir_path, bridge, ancestors = stack.pop()
-        try:
-            entries = host.scandir(dir_path)
-        except HostError as err:
-            problems.add("pci.vanished", dir_path, f"{type(err).__name__}: {err.detail}")
-            continue
-        children: list[tuple[str, str, tuple[PciAddress, ...]]] = []
-        for e in entries:
-            if not e.is_dir:
+        dir_path, bridge, ancestors, kids = stack.pop()
+        if kids is None:
+            try:
+                kids = _child_dirs(host, dir_path, host.listdir(dir_path))
+            except HostError as err:
+                problems.add("pci.vanished", dir_path, f"{type(err).__name__}: {err.detail}")
                 continue
-            child = f"{dir_path}/{e.name}"
-            if parse.is_pci_address(e.name):
-                dev = _read_pci_function(host, child, e.name, bridge, ancestors, problems)
-                if dev is None:
+        children: list[Item] = []
+        for name in kids:
+            child = f"{dir_path}/{name}"
+            if parse.is_pci_address(name):
+                read = _read_pci_function(host, child, name, bridge, ancestors, problems)
+                if read is None:
                     continue
+                dev, dev_kids = read
                 out.append(dev)
-                children.append((child, bridge, (*ancestors, dev.address)))
-            elif parse.is_host_bridge_name(e.name):
-                children.append((child, e.name, ()))
+                children.append((child, bridge, (*ancestors, dev.address), dev_kids))
+            elif parse.is_host_bridge_name(name):
+                children.append((child, name, (), None))
         stack.extend(reversed(children))
     _add_unwalked(host, out, problems)
     out.sort(key=lambda d: d.address)
@@ -359,9 +360,10 @@ def _add_unwalked(host: Host, found: list[RawPci], problems: Problems) -> None:
         bridge = (
             parent if parse.is_host_bridge_name(parent) else f"pci{addr.domain:04x}:{addr.bus:02x}"
         )
-        dev = _read_pci_function(host, real, name, bridge, (), problems)
-        if dev is None:
+        read = _read_pci_function(host, real, name, bridge, (), problems)
+        if read is None:
             continue
+        dev = read[0]
         problems.add(
             "pci.outside-tree",
             str(addr),
@@ -381,6 +383,19 @@ def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
     return {parse.parse_pci_address(n) for n in names if parse.is_pci_address(n)}
 
 
+def _child_dirs(host: Host, path: str, names: list[str]) -> list[str]:
+    """Names under `path` that are real directories of PCI functions (`0000:01:00.0`) or nested
+    host bridges (`pci10000:00`). Both contain a ':', which no sysfs attribute name does, so
+    only those few entries cost an lstat."""
+    return [
+        n
+        for n in names
+        if ":" in n
+        and (parse.is_pci_address(n) or parse.is_host_bridge_name(n))
+        and host.is_real_dir(f"{path}/{n}")
+    ]
+
+
 def _read_pci_function(
     host: Host,
     path: str,
@@ -388,13 +403,14 @@ def _read_pci_function(
     bridge: str,
     ancestors: tuple[PciAddress, ...],
     problems: Problems,
-) -> RawPci | None:
+) -> tuple[RawPci, list[str]] | None:
+    """One PCI function's attributes, and its child directories (for the walk to reuse)."""
     try:
-        entries = host.scandir(path)
+        listing = host.listdir(path)
     except HostError as err:
         problems.add("pci.vanished", path, f"{type(err).__name__}: {err.detail}")
         return None
-    names = {e.name: e for e in entries}
+    names = set(listing)
     dev = RawPci(
         address=parse.parse_pci_address(name),
         path=path,
@@ -425,28 +441,26 @@ def _read_pci_function(
         max_width=val("max_link_width", parse.parse_link_width),
     )
     dev.sriov_numvfs = val("sriov_numvfs", parse.parse_int)
-    if "driver" in names and names["driver"].is_symlink:
+    if "driver" in names:
         dev.driver = _link_name(host, f"{path}/driver", problems)
-    if "physfn" in names and names["physfn"].is_symlink:
+    if "physfn" in names:
         pf = _link_name(host, f"{path}/physfn", problems)
         if pf is not None and parse.is_pci_address(pf):
             dev.physfn = parse.parse_pci_address(pf)
-    if "net" in names and names["net"].is_dir:
+    if "net" in names and host.is_real_dir(f"{path}/net"):
         dev.netdevs = _read_netdevs(host, f"{path}/net", problems)
-    for name_, entry in names.items():
+    for sub in names:
         # virtio-net puts its netdev one level down: <pci fn>/virtio0/net/eth0 (the virtio bus
         # device sits between the PCI function and the netdev).
-        if entry.is_dir and _VIRTIO_DIR.match(name_):
-            sub = f"{path}/{name_}"
-            if host.is_dir(f"{sub}/net"):
-                dev.netdevs.extend(_read_netdevs(host, f"{sub}/net", problems))
-    if "infiniband" in names and names["infiniband"].is_dir:
+        if _VIRTIO_DIR.match(sub) and host.is_real_dir(f"{path}/{sub}/net"):
+            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", problems))
+    if "infiniband" in names and host.is_real_dir(f"{path}/infiniband"):
         dev.rdma = _list(host, f"{path}/infiniband", problems)
-    if "nvme" in names and names["nvme"].is_dir:
+    if "nvme" in names and host.is_real_dir(f"{path}/nvme"):
         for ctrl in _list(host, f"{path}/nvme", problems):
             model = read_value(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
             dev.nvme.append((ctrl, model or None))
-    return dev
+    return dev, _child_dirs(host, path, listing)
 
 
 def _link_name(host: Host, path: str, problems: Problems) -> str | None:
