@@ -22,15 +22,14 @@ import errno as errno_mod
 import os
 import shutil
 import stat
-import tarfile
 import tempfile
 import weakref
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
+from mcpnode import host_tar
 from mcpnode.errors import (
     AccessDenied,
     HostError,
@@ -46,19 +45,8 @@ _MAX_SYMLINK_HOPS = 40
 # sysfs attributes are at most one page; procfs files like mountinfo can be larger, so reads
 # loop until EOF in chunks of this size.
 _READ_CHUNK = 65536
-# Markers of a usable root: what a snapshot or a sysfs dump holds at its top.
-_ROOT_MARKERS = ("sys", "proc", "mcpnode-snapshot.json")
 
 _ABSENT_ERRNOS = frozenset({errno_mod.ENOENT, errno_mod.ENODEV, errno_mod.EINVAL})
-
-# What a damaged archive raises while it is read: tarfile's own errors, OSError (gzip's
-# BadGzipFile on a CRC mismatch, bz2's "Invalid data stream"), EOFError (a stream cut short) and
-# zlib.error, which tarfile lets through when it seeks over bad deflate data between headers.
-_ARCHIVE_ERRORS: tuple[type[Exception], ...] = (tarfile.TarError, OSError, EOFError, zlib.error)
-with contextlib.suppress(ImportError):  # a Python built without liblzma cannot open .tar.xz
-    import lzma
-
-    _ARCHIVE_ERRORS += (lzma.LZMAError,)
 
 
 @dataclass
@@ -115,13 +103,13 @@ class Host:
         self._cache: dict[str, str] | None = None
         self._oneshot_depth = 0
         self._recording: Recording | None = None
-        if given.is_file() and _is_tarball(given):
+        if given.is_file() and host_tar.is_tarball(given):
             self._tmpdir = tempfile.mkdtemp(prefix="mcpnode-root-")
             # Remove the unpacked copy when this Host is collected or the process exits.
             self._finalizer = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
             try:
-                self.unpack_notes = _safe_extract(given, Path(self._tmpdir))
-                top = _find_top(Path(self._tmpdir))
+                self.unpack_notes = host_tar.safe_extract(given, Path(self._tmpdir))
+                top = host_tar.find_top(Path(self._tmpdir))
             except BaseException:
                 # No Host will own the copy: remove it now, not whenever the traceback is freed.
                 self._finalizer()
@@ -477,175 +465,3 @@ class Host:
             return self.listdir(logical)
         except PathNotFound:
             return None
-
-
-def _is_tarball(path: Path) -> bool:
-    name = path.name
-    return name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar"))
-
-
-def _member_ok(name: str) -> str | None:
-    """Why a tar member name is refused, or None when it is safe to place under the root."""
-    if name.startswith("/"):
-        return "absolute member name"
-    if any(p == ".." for p in name.split("/")):
-        return "member name contains '..'"
-    return None
-
-
-def _safe_extract(tarball: Path, dest: Path) -> list[tuple[str, str]]:
-    """Unpack a snapshot tarball without letting any member land outside `dest`.
-
-    Refused members are returned as notes rather than aborting: a snapshot with one bad entry
-    is still worth reading. Symlinks are recreated as they are (even absolute or `..` ones):
-    mcpnode never follows them natively, and Host resolves them inside the root. A member whose
-    parent directory would be reached through a symlink is refused, since writing it would
-    follow that link. A corrupt or truncated archive raises RootError.
-    """
-    notes: list[tuple[str, str]] = []
-    dest_real = os.path.realpath(dest)
-    try:
-        tf = tarfile.open(tarball, "r:*")  # noqa: SIM115 - closed by the `with tf` below
-    except _ARCHIVE_ERRORS as err:
-        raise RootError(f"{tarball}: not a readable tar archive ({err})") from err
-    with tf:
-        try:
-            members = tf.getmembers()
-        except _ARCHIVE_ERRORS as err:
-            raise RootError(f"{tarball}: corrupt tar archive ({err})") from err
-        for m in members:
-            name = m.name
-            while name.startswith("./"):
-                name = name[2:]
-            if name in ("", "."):
-                continue
-            why = _member_ok(name)
-            if why is not None:
-                notes.append((m.name, why))
-                continue
-            target = os.path.join(dest_real, name)
-            parent = os.path.dirname(target)
-            # Check before creating anything: makedirs below a symlinked component would create
-            # directories wherever the link points.
-            if os.path.realpath(parent) != os.path.normpath(parent):
-                notes.append((m.name, "parent directory is reached through a symlink"))
-                continue
-            try:
-                os.makedirs(parent, mode=0o755, exist_ok=True)
-            except OSError as err:
-                notes.append((m.name, f"cannot create parent directory: {err.strerror}"))
-                continue
-            try:
-                _extract_one(tf, m, target, dest_real, notes)
-            except _ARCHIVE_ERRORS as err:
-                notes.append((m.name, f"not extracted: {err}"))
-        _check_archive_end(tf, tarball)
-    return notes
-
-
-def _check_archive_end(tf: tarfile.TarFile, tarball: Path) -> None:
-    """Raise RootError unless the archive really ends where tarfile stopped reading headers.
-
-    tarfile ends the member list quietly at the first unreadable header after the first one,
-    and never reads a compressed stream to its end, so never checks gzip's CRC: a damaged
-    snapshot would unpack as a silently smaller or altered tree. What follows the last header
-    must be the end-of-archive zero blocks, and reading them to EOF checks the compression
-    trailer. Called once the members are unpacked, so this seek goes forward.
-    """
-    fileobj = tf.fileobj
-    assert fileobj is not None  # open for reading
-    zeros = 0
-    try:
-        fileobj.seek(tf.offset)
-        while chunk := fileobj.read(_READ_CHUNK):
-            if chunk.count(0) != len(chunk):
-                raise RootError(f"{tarball}: corrupt tar archive (bad header at byte {tf.offset})")
-            zeros += len(chunk)
-    except _ARCHIVE_ERRORS as err:
-        raise RootError(f"{tarball}: corrupt or truncated tar archive ({err})") from err
-    if zeros < tarfile.BLOCKSIZE:
-        raise RootError(f"{tarball}: truncated tar archive (no end-of-archive marker)")
-
-
-def _write_new(target: str, src: IO[bytes]) -> None:
-    """Create `target` afresh from `src`. Whatever was there is unlinked first and the open
-    refuses links, so a symlink planted by an earlier member is replaced, never written through.
-    """
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(target)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.fdopen(os.open(target, flags, 0o644), "wb") as out:
-        shutil.copyfileobj(src, out)
-
-
-def _extract_one(
-    tf: tarfile.TarFile,
-    m: tarfile.TarInfo,
-    target: str,
-    dest_real: str,
-    notes: list[tuple[str, str]],
-) -> None:
-    if m.isdir():
-        if not os.path.isdir(target) or os.path.islink(target):
-            os.mkdir(target, 0o755)
-        # Dumps store directories as 0700 owned by their maker's uid: make them readable by us
-        # without keeping any setuid/sticky bits.
-        os.chmod(target, 0o755)  # noqa: S103 - a directory every reader must traverse
-    elif m.issym():
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
-        os.symlink(m.linkname, target)
-    elif m.islnk():
-        src = os.path.join(dest_real, m.linkname)
-        # The source must be a regular file unpacked earlier, reached through no symlink:
-        # `realpath` differs from the plain path when any component is a link (`evil -> /etc`,
-        # then a hard link to `evil/passwd`, would copy the host's file into the root).
-        if (
-            _member_ok(m.linkname) is not None
-            or not os.path.isfile(src)
-            or os.path.realpath(src) != os.path.normpath(src)
-        ):
-            notes.append((m.name, "hard link to a file outside the archive"))
-            return
-        # Not shutil.copyfile: it opens the target with open(), which writes through a symlink
-        # left there by an earlier member (`x -> /etc/shadow`, then a hard link named `x`).
-        with open(src, "rb") as data:
-            _write_new(target, data)
-    elif m.isfile():
-        extracted = tf.extractfile(m)
-        if extracted is None:
-            notes.append((m.name, "unreadable member"))
-            return
-        with extracted:
-            _write_new(target, extracted)
-    else:
-        notes.append((m.name, "device, fifo or other special file skipped"))
-
-
-def _find_top(dest: Path) -> Path:
-    """The folder inside an unpacked tarball that holds `sys/`, `proc/` or a snapshot manifest.
-
-    hwloc's dumps unpack to one folder whose name need not match the tarball's.
-    """
-    here = dest
-    for _ in range(4):
-        names = os.listdir(here)
-        if any(m in names for m in _ROOT_MARKERS):
-            return here
-        # Never descend a symlink: an archive holding only `snap -> /` would make the live
-        # machine the root of what the caller believes is a recorded one.
-        dirs = [n for n in names if _is_real_dir(os.path.join(here, n))]
-        if len(dirs) != 1:
-            break
-        here = here / dirs[0]
-    raise RootError(
-        f"no sys/, proc/ or mcpnode-snapshot.json found in the archive (looked in {here})"
-    )
-
-
-def _is_real_dir(path: str) -> bool:
-    """A directory that is not a symlink to one."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
