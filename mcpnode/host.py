@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from mcpnode import host_tar
 from mcpnode.errors import (
     AccessDenied,
     HostError,
@@ -103,7 +102,11 @@ class Host:
         self._cache: dict[str, str] | None = None
         self._oneshot_depth = 0
         self._recording: Recording | None = None
-        if given.is_file() and host_tar.is_tarball(given):
+        if given.is_file():
+            from mcpnode import host_tar  # tarfile and the compressors, only for tarball roots
+
+            if not host_tar.is_tarball(given):
+                raise RootError(f"{given}: not a directory, .tar.gz or .tar.bz2")
             self._tmpdir = tempfile.mkdtemp(prefix="mcpnode-root-")
             # Remove the unpacked copy when this Host is collected or the process exits.
             self._finalizer = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
