@@ -28,6 +28,8 @@ from mcpnode.host import Host, Recording
 from mcpnode.topology.discover import discover
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.model import Topology
+from mcpnode.topology.nvml import SNAPSHOT_META as SNAPSHOT_META_PATH
+from mcpnode.topology.nvml import RecordingNvml, open_backend
 
 SNAPSHOT_FORMAT = "mcpnode.snapshot/v1"
 SNAPSHOT_META = "mcpnode-snapshot.json"
@@ -43,13 +45,20 @@ class SnapshotResult:
     topology: Topology
 
 
-def capture(host: Host) -> tuple[Topology, Recording]:
-    with host.recording() as rec:
-        topo = discover(host)
-    return topo, rec
+def capture(host: Host) -> tuple[Topology, Recording, RecordingNvml]:
+    """Discover while recording every file read and every NVML answer (errors included)."""
+    nvml = RecordingNvml(open_backend(host))
+    try:
+        with host.recording() as rec:
+            topo = discover(host, nvml)
+    finally:
+        nvml.close()
+    return topo, rec, nvml
 
 
-def metadata(topo: Topology, now: datetime | None = None) -> dict[str, Any]:
+def metadata(
+    topo: Topology, nvml: RecordingNvml | None = None, now: datetime | None = None
+) -> dict[str, Any]:
     when = now or datetime.now(timezone.utc)
     body = json.dumps(topology_json(topo), sort_keys=True).encode()
     return {
@@ -60,7 +69,8 @@ def metadata(topo: Topology, now: datetime | None = None) -> dict[str, Any]:
         "captured_at": when.isoformat(timespec="seconds"),
         # The topology the live host gave, so a replay can be checked against it.
         "topology_sha256": hashlib.sha256(body).hexdigest(),
-        "nvml": None,  # recorded NVML answers: filled once the NVML backend exists
+        # Every NVML answer the live backend gave, errors included, replayed by RecordedNvml.
+        "nvml": None if nvml is None else {"calls": nvml.to_json()},
         "commands": {},  # outputs of version commands (nvidia-ctk --version, ...)
     }
 
@@ -68,8 +78,8 @@ def metadata(topo: Topology, now: datetime | None = None) -> dict[str, Any]:
 def write_snapshot(host: Host, out: Path) -> SnapshotResult:
     """Discover through `host` while recording, then write the tarball atomically (temp file in
     the destination directory, fsync, rename): a reader never sees a half-written snapshot."""
-    topo, rec = capture(host)
-    meta = metadata(topo)
+    topo, rec, nvml = capture(host)
+    meta = metadata(topo, nvml)
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path())
     try:
@@ -114,6 +124,8 @@ def _write_members(tf: tarfile.TarFile, rec: Recording, meta: dict[str, Any]) ->
         ti.linkname = target
         tf.addfile(ti)
     for path, data in sorted(rec.files.items()):
+        if path == SNAPSHOT_META_PATH:
+            continue  # a snapshot of a snapshot: the new metadata replaces the old
         ti = _info(path, tarfile.REGTYPE, now)
         ti.size = len(data)
         tf.addfile(ti, io.BytesIO(data))

@@ -11,7 +11,7 @@ import pytest
 
 from mcpnode.host import Host
 from mcpnode.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_META, TOP, write_snapshot
-from mcpnode.topology.discover import discover
+from mcpnode.topology.discover import discover_host
 from mcpnode.topology.jsonify import topology_json
 from tests.minihost import build
 
@@ -22,7 +22,7 @@ SHARED_HOSTS = Path(
 
 def topo_json(root: str | Path) -> dict[str, object]:
     with Host(root) as host:
-        return topology_json(discover(host))
+        return topology_json(discover_host(host))
 
 
 @pytest.mark.live

@@ -53,10 +53,10 @@ def topo(root: str, tree: bool, fmt: str) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
     from mcpnode.cli import render_topo
     from mcpnode.host import Host
-    from mcpnode.topology.discover import discover
+    from mcpnode.topology.discover import discover_host
 
     with Host(root) as host:
-        topology = discover(host)
+        topology = discover_host(host)
     if fmt == "json":
         click.echo(render_topo.as_json(topology))
     elif tree:

@@ -14,6 +14,7 @@ Locality of a PCI device (its NUMA node), first source that answers wins:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 
 from mcpnode.host import Host
@@ -30,17 +31,22 @@ from mcpnode.topology.model import (
     NumaNode,
     NumaSource,
     Nvme,
+    NvmlGpu,
+    NvmlState,
     PciAddress,
     PciDevice,
     ProcessCpus,
     Topology,
 )
+from mcpnode.topology.nvml import GpuBackend, open_backend
+from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
 
 
-def discover(host: Host) -> Topology:
+def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
     """Read the machine behind `host` once and return its topology. Never raises for bad
-    content: unreadable or garbage files become `problems`."""
+    content: unreadable or garbage files become `problems`. With a GPU backend, NVML's facts
+    are joined to the sysfs GPUs by PCI address (see merge_nvml)."""
     problems = Problems()
     for member, why in host.unpack_notes:
         problems.add("root.member-skipped", member, why)
@@ -64,17 +70,176 @@ def discover(host: Host) -> Topology:
     devices = build_pci(raw_pci, nodes, cpus.present, problems)
     by_addr = {d.address: d for d in raw_pci}
     _attach_class_rdma(by_addr, rdma_class)
+    gpus = _gpus(devices)
+    nvml: NvmlState | None = None
+    if backend is not None:
+        node_ids = [n.id for n in nodes] or [0]
+        nvml = collect(
+            backend,
+            cpu_words=max(cpus.possible | cpus.present | {0}) // 64 + 1,
+            node_words=max(node_ids) // 64 + 1,
+        )
+        gpus, devices = merge_nvml(gpus, devices, nodes, nvml, problems)
     return Topology(
         identity=identity,
         cpus=cpus,
         numa_nodes=nodes,
         pci_devices=devices,
-        gpus=_gpus(devices),
+        gpus=gpus,
         nics=_nics(devices, by_addr),
         nvmes=_nvmes(devices, by_addr),
         process=process,
         problems=tuple(problems.items),
+        nvml=nvml,
     )
+
+
+def discover_host(host: Host) -> Topology:
+    """discover() with the host's own GPU backend: live NVML for `/`, the recorded answers for
+    a snapshot, "not recorded" for a plain dump."""
+    backend = open_backend(host)
+    try:
+        return discover(host, backend)
+    finally:
+        backend.close()
+
+
+def merge_nvml(
+    gpus: tuple[Gpu, ...],
+    devices: tuple[PciDevice, ...],
+    nodes: tuple[NumaNode, ...],
+    nvml: NvmlState,
+    problems: Problems,
+) -> tuple[tuple[Gpu, ...], tuple[PciDevice, ...]]:
+    """Join NVML's GPUs to sysfs's by PCI address and settle each GPU's NUMA node.
+
+    Chain for a GPU: sysfs own `numa_node` -> nearest ancestor -> NVML memory affinity -> NVML
+    CPU affinity mapped to nodes -> the sysfs guesses (root complex, local CPUs) -> unknown.
+    NVML's CPU affinity is the driver's view of the same locality nvidia-smi prints, but it is
+    clipped to this process's cpuset (../shared/reference/gpu-affinity-peers.md, pitfall 1),
+    hence it ranks below the memory affinity.
+    """
+    if not nvml.available:
+        if gpus:
+            problems.add("nvml.unavailable", "nvml", f"NVML unavailable: {nvml.reason}")
+        return gpus, devices
+    by_addr = {g.address: g for g in nvml.gpus if g.address is not None}
+    sysfs_addrs = {g.address for g in gpus}
+    if len(nvml.gpus) != len(gpus):
+        problems.add(
+            "gpu.count-mismatch",
+            "nvml",
+            f"sysfs lists {len(gpus)} NVIDIA GPUs, NVML {len(nvml.gpus)}",
+        )
+    for g in nvml.gpus:
+        if g.address is not None and g.address not in sysfs_addrs:
+            problems.add("gpu.nvml-only", str(g.address), f"NVML GPU {g.index} has no sysfs device")
+        if g.lost:
+            problems.add("gpu.lost", str(g.address or g.index), "GpuIsLost during discovery")
+    new_gpus = []
+    moved: dict[PciAddress, tuple[int, NumaSource]] = {}
+    for gpu in gpus:
+        facts = by_addr.get(gpu.address)
+        if facts is None:
+            new_gpus.append(gpu)
+            continue
+        if facts.index != gpu.index:
+            problems.add(
+                "gpu.index-mismatch",
+                str(gpu.address),
+                f"NVML index {facts.index}, PCI order {gpu.index}",
+            )
+        numa, source = _gpu_numa(gpu, facts, nodes, problems)
+        if (numa, source) != (gpu.numa_node, gpu.numa_source):
+            moved[gpu.address] = (numa, source) if numa is not None else (-1, source)
+        _check_links(gpu, facts, problems)
+        mem_node = facts.memory_numa_node
+        if mem_node is not None:
+            node = next((n for n in nodes if n.id == mem_node), None)
+            if node is not None and not node.cpuless:
+                problems.add(
+                    "gpu.memory-node-has-cpus",
+                    str(gpu.address),
+                    f"NVML says GPU memory is NUMA node {mem_node}, which has CPUs",
+                )
+        new_gpus.append(
+            dataclasses.replace(
+                gpu,
+                numa_node=numa,
+                numa_source=source,
+                nvml=facts,
+                memory_numa_node=mem_node,
+            )
+        )
+    new_devices = tuple(
+        dataclasses.replace(
+            d,
+            numa_node=None if moved[d.address][0] < 0 else moved[d.address][0],
+            numa_source=moved[d.address][1],
+        )
+        if d.address in moved
+        else d
+        for d in devices
+    )
+    return tuple(new_gpus), new_devices
+
+
+def _gpu_numa(
+    gpu: Gpu, facts: NvmlGpu, nodes: tuple[NumaNode, ...], problems: Problems
+) -> tuple[int | None, NumaSource]:
+    src = str(gpu.address)
+    mem = facts.memory_affinity_nodes
+    # Memory affinity can name the GPU's own CPU-less memory node on Grace; keep CPU nodes.
+    cpu_nodes = {n.id for n in nodes if not n.cpuless}
+    mem_node = None
+    if mem:
+        usable = mem & cpu_nodes if cpu_nodes else mem
+        mem_node = next(iter(usable)) if len(usable) == 1 else None
+    cpu_node = node_of_cpus(facts.cpu_affinity_node, nodes) if facts.cpu_affinity_node else None
+    nvml_node, nvml_source = (
+        (mem_node, "nvml-memory-affinity")
+        if mem_node is not None
+        else (cpu_node, "nvml-cpu-affinity")
+    )
+    if gpu.numa_source in ("own", "ancestor"):
+        if nvml_node is not None and nvml_node != gpu.numa_node:
+            problems.add(
+                "gpu.numa.nvml-disagrees",
+                src,
+                f"sysfs ({gpu.numa_source}) says node {gpu.numa_node}, NVML ({nvml_source}) "
+                f"says {nvml_node}; using sysfs",
+            )
+        return gpu.numa_node, gpu.numa_source
+    if nvml_node is not None:
+        if gpu.numa_node is not None and gpu.numa_node != nvml_node:
+            problems.add(
+                "gpu.numa.nvml-disagrees",
+                src,
+                f"sysfs guess ({gpu.numa_source}) node {gpu.numa_node}, NVML ({nvml_source}) "
+                f"{nvml_node}; using NVML",
+            )
+        return nvml_node, nvml_source  # type: ignore[return-value]
+    return gpu.numa_node, gpu.numa_source
+
+
+def _check_links(gpu: Gpu, facts: NvmlGpu, problems: Problems) -> None:
+    src = str(gpu.address)
+    if facts.nvlinks and facts.active_links == 0:
+        # Azure NC H100 v5 (H100 NVL pairs): bridges inactive on some boots, topo shows SYS
+        # (Azure/azhpc-images#443). P2P then crosses PCIe.
+        problems.add(
+            "nvlink.inactive",
+            src,
+            f"{len(facts.nvlinks)} NVLinks, none active: peers fall back to PCIe",
+        )
+    switch_links = [x for x in facts.nvlinks if x.active and x.remote_type == "SWITCH"]
+    if switch_links and facts.fabric_state not in (None, "COMPLETED"):
+        problems.add(
+            "nvlink.fabric-not-ready",
+            src,
+            f"NVSwitch fabric state {facts.fabric_state}: CUDA fails with error 802 until "
+            "Fabric Manager registers the GPU",
+        )
 
 
 # -- NUMA --------------------------------------------------------------------------------------

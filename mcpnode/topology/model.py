@@ -23,7 +23,15 @@ NVME_CLASS = 0x0108  # mass storage / non-volatile memory controller
 # 0x0280 "other" (some SmartNICs / DPUs).
 NIC_CLASSES = frozenset({0x0200, 0x0207, 0x0280})
 
-NumaSource = Literal["own", "ancestor", "host-bridge", "local-cpus", "unknown"]
+NumaSource = Literal[
+    "own",
+    "ancestor",
+    "nvml-memory-affinity",
+    "nvml-cpu-affinity",
+    "host-bridge",
+    "local-cpus",
+    "unknown",
+]
 
 
 class CpuSet(frozenset[int]):
@@ -209,6 +217,84 @@ class PciDevice:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU, as NVML reports it."""
+
+    link: int
+    active: bool
+    version: str | None  # the real NVLink version ("3.1" on A100, "4.0" on H100), not NVML's enum
+    remote_type: str | None  # "GPU", "SWITCH", "IBMNPU", "UNKNOWN"
+    remote_address: PciAddress | None  # on NVSwitch systems: the switch's, never a peer GPU's
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int  # host PID namespace (the driver does not know PID namespaces)
+    used_memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    """What NVML says about one GPU. A fact NVML could not give is None, and `unavailable`
+    says why (`("ecc_mode", "NotSupported")`)."""
+
+    index: int
+    address: PciAddress | None
+    minor: int | None
+    uuid: str | None
+    name: str | None
+    architecture: str | None
+    compute_capability: str | None
+    memory_total_mib: int | None
+    serial: str | None
+    board_id: int | None
+    module_id: int | None
+    persistence_mode: bool | None
+    ecc_current: bool | None
+    ecc_pending: bool | None
+    ecc_uncorrected_volatile: int | None
+    ecc_uncorrected_aggregate: int | None
+    remapped_rows_correctable: int | None
+    remapped_rows_uncorrectable: int | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failure: bool | None
+    mig_current: bool | None
+    mig_pending: bool | None
+    compute_mode: str | None
+    pcie_gen_current: int | None
+    pcie_gen_max: int | None
+    pcie_gen_gpu_max: int | None
+    pcie_width_current: int | None
+    pcie_width_max: int | None
+    nvlinks: tuple[NvLink, ...]
+    fabric_state: str | None  # COMPLETED / IN_PROGRESS / NOT_STARTED / NOT_SUPPORTED
+    fabric_status: str | None  # NVML return name of the registration ("Success")
+    cpu_affinity_node: CpuSet | None
+    cpu_affinity_socket: CpuSet | None
+    memory_affinity_nodes: CpuSet | None
+    memory_numa_node: int | None  # GPU memory exposed as a (CPU-less) NUMA node: Grace
+    processes: tuple[GpuProcess, ...] | None
+    lost: bool  # GpuIsLost seen: the GPU fell off the bus mid-discovery
+    unavailable: tuple[tuple[str, str], ...]
+
+    @property
+    def active_links(self) -> int:
+        return sum(1 for link in self.nvlinks if link.active)
+
+
+@dataclass(frozen=True)
+class NvmlState:
+    """NVML as a whole: available or why not, versions, and the per-GPU facts."""
+
+    available: bool
+    reason: str | None  # "LibraryNotFound: ..." when not available
+    driver_version: str | None
+    cuda_driver_version: str | None  # "12.4"
+    nvml_version: str | None
+    gpus: tuple[NvmlGpu, ...]
+
+
+@dataclass(frozen=True)
 class Gpu:
     """A GPU as sysfs sees it; NVML facts are merged by PCI address in a later layer."""
 
@@ -221,6 +307,8 @@ class Gpu:
     numa_source: NumaSource
     local_cpus: CpuSet | None
     link: PciLink
+    nvml: NvmlGpu | None = None  # joined by PCI address when NVML answered
+    memory_numa_node: int | None = None  # CPU-less node holding this GPU's memory: never a pin
 
 
 @dataclass(frozen=True)
@@ -274,6 +362,7 @@ class Topology:
     nvmes: tuple[Nvme, ...]
     process: ProcessCpus
     problems: tuple[Problem, ...] = field(default=())
+    nvml: NvmlState | None = None  # None: NVML was not asked (sysfs-only discovery)
 
     def pci(self, address: PciAddress) -> PciDevice | None:
         for dev in self.pci_devices:
