@@ -71,3 +71,12 @@ def build(root: Path) -> Path:
     put(root, f"{NIC_DIR}/net/eth0/speed", "-1\n")
     (root / NIC_DIR / "infiniband/mlx5_0").mkdir(parents=True)
     return root
+
+
+def split_into_two_nodes(root: Path) -> None:
+    """Node 0 holds CPU 0, node 1 CPU 1 (SLIT 10/21); the devices keep local CPUs 0-1."""
+    put(root, "sys/devices/system/node/online", "0-1\n")
+    put(root, "sys/devices/system/node/node0/cpulist", "0\n")
+    put(root, "sys/devices/system/node/node0/distance", "10 21\n")
+    put(root, "sys/devices/system/node/node1/cpulist", "1\n")
+    put(root, "sys/devices/system/node/node1/distance", "21 10\n")

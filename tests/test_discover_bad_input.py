@@ -13,7 +13,7 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
-from tests.minihost import GPU, GPU_DIR, NIC, NIC_DIR, build, link, put
+from tests.minihost import GPU, GPU_DIR, NIC, NIC_DIR, build, link, put, split_into_two_nodes
 
 
 def run(root: Path) -> Topology:
@@ -107,11 +107,7 @@ def test_missing_file_is_absence_not_a_crash(tmp_path: Path, rel: str) -> None:
 def test_numa_unknown_is_never_zero(tmp_path: Path) -> None:
     """-1 everywhere and local CPUs spanning two nodes: unknown, recorded."""
     root = build(tmp_path)
-    put(root, "sys/devices/system/node/online", "0-1\n")
-    put(root, "sys/devices/system/node/node0/cpulist", "0\n")
-    put(root, "sys/devices/system/node/node0/distance", "10 21\n")
-    put(root, "sys/devices/system/node/node1/cpulist", "1\n")
-    put(root, "sys/devices/system/node/node1/distance", "21 10\n")
+    split_into_two_nodes(root)
     for rel in (
         "sys/devices/pci0000:00/0000:00:01.0",
         "sys/devices/pci0000:00/0000:00:02.0",
@@ -127,11 +123,7 @@ def test_numa_unknown_is_never_zero(tmp_path: Path) -> None:
 
 def test_disagreeing_sources_are_recorded(tmp_path: Path) -> None:
     root = build(tmp_path)
-    put(root, "sys/devices/system/node/online", "0-1\n")
-    put(root, "sys/devices/system/node/node0/cpulist", "0\n")
-    put(root, "sys/devices/system/node/node0/distance", "10 21\n")
-    put(root, "sys/devices/system/node/node1/cpulist", "1\n")
-    put(root, "sys/devices/system/node/node1/distance", "21 10\n")
+    split_into_two_nodes(root)
     put(root, f"{GPU_DIR}/numa_node", "1\n")  # own 1, root port 0, local CPUs 0-1
     topo = run(root)
     assert topo.gpus[0].numa_node == 1  # own file wins...
