@@ -8,6 +8,8 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 3. Scaling: a synthetic 2-socket host (8 GPUs, 8 NICs) with 512..4096 SR-IOV VFs from the
    fixture generator: time per device should stay flat (linear growth).
 4. `mcpnode --help` start-up.
+5. NVML replay cost: `discover(Host(root), RecordedNvml(calls))` vs `discover(Host(root))` on
+   the fixture hosts that carry recorded NVML answers (`mcpnode-snapshot.json`).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -31,9 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from mcpnode.host import Host  # noqa: E402
 from mcpnode.topology.discover import discover  # noqa: E402
+from mcpnode.topology.nvml import RecordedNvml  # noqa: E402
 
 SHARED_HOSTS = Path(os.environ.get("MCPNODE_SHARED_HOSTS", ROOT.parent / "shared" / "hosts"))
 OUT = ROOT / "bench" / "out"
+FIXTURE_HOSTS = ROOT / "tests" / "fixtures" / "hosts"
 ROUNDS = int(os.environ.get("MCPNODE_BENCH_ROUNDS", "15"))
 MCPNODE = [sys.executable, "-m", "mcpnode"]
 if (Path(sys.executable).parent / "mcpnode").exists():
@@ -183,6 +187,72 @@ def bench_scaling(tmp: Path) -> list[dict[str, object]]:
     return rows
 
 
+def recorded_nvml_calls(root: Path) -> list[dict[str, object]] | None:
+    """The NVML answers a fixture host carries, or None when it has none (yet)."""
+    meta = root / "mcpnode-snapshot.json"
+    if not meta.is_file():
+        return None
+    nvml = json.loads(meta.read_text()).get("nvml")
+    calls = nvml.get("calls") if isinstance(nvml, dict) else None
+    return list(calls) if calls else None
+
+
+def bench_nvml_replay() -> list[dict[str, object]]:
+    print("\n== NVML replay cost: discover(host, RecordedNvml(calls)) - discover(host), median")
+    rows: list[dict[str, object]] = []
+    hosts = (
+        sorted(p for p in FIXTURE_HOSTS.iterdir() if p.is_dir()) if FIXTURE_HOSTS.is_dir() else []
+    )
+    for root in hosts:
+        calls = recorded_nvml_calls(root)
+        if calls is None:
+            continue
+        with Host(root) as host:
+            row = time_nvml_replay(root.name, host, calls)
+        if row is not None:
+            rows.append(row)
+    if not rows:
+        print(f"   no fixture under {FIXTURE_HOSTS} carries NVML answers yet: skipped")
+    return rows
+
+
+def time_nvml_replay(
+    name: str, host: Host, calls: list[dict[str, object]]
+) -> dict[str, object] | None:
+    topo = discover(host, RecordedNvml(calls))
+    if topo.nvml is None or not topo.nvml.available:
+        print(f"   {name:42s} recorded NVML is unavailable: nothing to time")
+        return None
+    n_gpus = len(topo.nvml.gpus) or len(topo.gpus)
+
+    def replayed() -> float:
+        t0 = time.perf_counter()
+        discover(host, RecordedNvml(calls))
+        return time.perf_counter() - t0
+
+    def sysfs_only() -> float:
+        t0 = time.perf_counter()
+        discover(host)
+        return time.perf_counter() - t0
+
+    t = alternate({"nvml": replayed, "sysfs": sysfs_only})
+    per_gpu = (t["nvml"] - t["sysfs"]) / max(n_gpus, 1)
+    verdict = "met" if per_gpu < 0.005 else "MISSED"
+    print(
+        f"   {name:42s} sysfs {ms(t['sysfs'])}  +NVML {ms(t['nvml'])}  "
+        f"{len(calls):5d} calls  {n_gpus} GPUs  +{per_gpu * 1000:6.2f} ms/GPU "
+        f"(target < 5 ms/GPU: {verdict})"
+    )
+    return {
+        "host": name,
+        "gpus": n_gpus,
+        "calls": len(calls),
+        "sysfs_s": t["sysfs"],
+        "nvml_s": t["nvml"],
+        "added_ms_per_gpu": per_gpu * 1000,
+    }
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mcpnode-bench-") as tmp_name:
@@ -197,6 +267,7 @@ def main() -> None:
             "floor": bench_floor(),
             "in_process": bench_in_process(roots),
             "scaling": bench_scaling(tmp / "synthetic"),
+            "nvml_replay": bench_nvml_replay(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

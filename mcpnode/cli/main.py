@@ -68,6 +68,25 @@ def topo(root: str, tree: bool, fmt: str) -> None:
 @cli.command()
 @root_option
 @click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def gpus(root: str, fmt: str) -> None:
+    """Per-GPU table: bus id, NUMA, PCIe, NVLink, persistence, ECC, row remapping, MIG, fabric."""
+    from mcpnode.cli import render_gpus
+    from mcpnode.host import Host
+    from mcpnode.topology.discover import discover_host
+
+    with Host(root) as host:
+        topology = discover_host(host)
+    if fmt == "json":
+        click.echo(render_gpus.as_json(topology))
+    else:
+        click.echo(render_gpus.as_text(topology), nl=False)
+
+
+@cli.command()
+@root_option
+@click.option(
     "-o",
     "--output",
     required=True,

@@ -66,6 +66,7 @@ class NvmlError(McpnodeError):
         self.name = name
         self.code = code
         self.fn = fn
+        self.detail = detail
 
 
 class NvmlUnavailable(NvmlError):

@@ -125,8 +125,10 @@ def _reason(err: NvmlError) -> str:
         "LibRmVersionMismatch": "driver/library version mismatch: the user-space driver was "
         "upgraded without reloading the kernel module (reboot or reload nvidia)",
         "NoPermission": "no permission to open /dev/nvidia*",
-        "NotRecorded": "no NVML answers recorded for this root",
     }
+    if err.name == "NotRecorded" and err.detail:
+        # Replay says why it has nothing: not a snapshot, malformed metadata, no answers.
+        return f"NotRecorded: {err.detail}"
     return f"{err.name}: {hints.get(err.name, str(err))}"
 
 
@@ -277,6 +279,9 @@ def _nvlinks(g: _Gpu) -> tuple[NvLink, ...]:
     hwloc do, since NVML_NVLINK_MAX_LINKS is only an upper bound."""
     links: list[NvLink] = []
     if g.lost:
+        # Lost before its links were asked: say so, as for every other fact, or an empty
+        # `nvlinks` would read as "this GPU has no NVLink" (tests/fixtures/nvml/gpu-lost.json).
+        g.unavailable.append(("nvlink", "GpuIsLost"))
         return ()
     for link in range(MAX_NVLINKS):
         try:

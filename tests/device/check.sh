@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# mcpnode against nvidia-smi on a real GPU host (run by ../shared/device/on-device.sh, or by
+# hand from anywhere; no sudo needed):
+#   1. `nvidia-smi topo -m` vs `mcpnode topo`: every differing cell, GPUs matched by index and
+#      NICs by legend name, then CPU Affinity / NUMA Affinity / GPU NUMA ID per GPU (nvidia-smi
+#      clips CPU Affinity to the caller's cpuset; mcpnode does not, and that is only a note);
+#   2. `nvidia-smi -q -x` + `nvidia-smi nvlink -s` vs `mcpnode gpus --format json`, per GPU by
+#      bus id: name, UUID, persistence, ECC, MIG, remapped rows, PCIe gen/width, active NVLinks.
+# The comparison itself is tests/device/compare.py (unit-tested in tests/test_device_compare.py).
+#
+# Exit: 0 everything matches, 1 something differs, 2 a tool is missing or failed.
+# Environment: PYTHON (default python3); MCPNODE_ROOT (default /) points mcpnode at a snapshot or
+# fixture instead of this host: only for testing this script with a stand-in nvidia-smi.
+set -u
+
+PY=${PYTHON:-python3}
+# Builtins only until the tools are known to be there (the test runs this with an empty PATH).
+missing=0
+for tool in nvidia-smi "$PY"; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "check.sh: $tool not found on PATH" >&2
+    missing=1
+  fi
+done
+[ "$missing" = 0 ] || exit 2
+
+case ${BASH_SOURCE[0]} in */*) here=${BASH_SOURCE[0]%/*} ;; *) here=. ;; esac
+repo=$(cd "$here/../.." && pwd) || exit 2
+cd "$repo" || exit 2
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+root=${MCPNODE_ROOT:-/}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mcpnode-check.XXXXXX") || exit 2
+trap 'rm -rf "$tmp"' EXIT
+
+# capture FILE CMD...: stdout to $tmp/FILE; on failure say which command and show its stderr.
+capture() {
+  local file=$1 rc
+  shift
+  "$@" >"$tmp/$file" 2>"$tmp/stderr"
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "check.sh: \`$*\` exited $rc:" >&2
+    cat "$tmp/stderr" >&2
+    return 1
+  fi
+}
+
+capture nvsmi-topo.txt nvidia-smi topo -m || exit 2
+capture mcpnode-topo.txt "$PY" -m mcpnode topo --root "$root" || exit 2
+capture nvsmi-q.xml nvidia-smi -q -x || exit 2
+capture mcpnode-gpus.json "$PY" -m mcpnode gpus --root "$root" --format json || exit 2
+nvlink=(--nvlink "$tmp/nvsmi-nvlink.txt")
+if ! capture nvsmi-nvlink.txt nvidia-smi nvlink -s; then
+  echo "check.sh: NVLink counts not compared" >&2
+  nvlink=()
+fi
+
+echo "== topology: nvidia-smi topo -m vs mcpnode topo --root $root"
+"$PY" -m tests.device.compare topo "$tmp/nvsmi-topo.txt" "$tmp/mcpnode-topo.txt"
+rc_topo=$?
+echo "== GPUs: nvidia-smi -q -x, nvidia-smi nvlink -s vs mcpnode gpus --root $root --format json"
+"$PY" -m tests.device.compare gpus "$tmp/nvsmi-q.xml" "$tmp/mcpnode-gpus.json" \
+  ${nvlink[@]+"${nvlink[@]}"}
+rc_gpus=$?
+
+if [ "$rc_topo" -ge 2 ] || [ "$rc_gpus" -ge 2 ]; then
+  echo "check.sh: an output could not be parsed"
+  exit 2
+fi
+if [ "$rc_topo" -ne 0 ] || [ "$rc_gpus" -ne 0 ]; then
+  echo "check.sh: mcpnode and nvidia-smi differ (DIFF lines above)"
+  exit 1
+fi
+echo "check.sh: mcpnode and nvidia-smi agree"
+exit 0
