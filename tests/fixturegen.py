@@ -17,8 +17,12 @@ discovery reads, laid out as the kernel lays it out:
 
 Nothing random: the same spec gives a byte-identical tree.
 
+Hosts with GPUs also get `mcpnode-snapshot.json` at their root: the NVML answers mcpnode's
+discovery gets from the simulated NVML of tests/nvmlgen.py, so `--root` replays them.
+
 CLI:
     python3 tests/fixturegen.py --out tests/fixtures/hosts        # regenerate committed fixtures
+    python3 tests/fixturegen.py --nvml-cases tests/fixtures/nvml  # NVML failure recordings
     python3 tests/fixturegen.py --synthetic-vfs 4096 --out DIR    # benchmark host, not committed
 """
 
@@ -1815,6 +1819,104 @@ def synthetic_host(n_vfs: int) -> HostSpec:
     )
 
 
+def h100_nvl_pair(name: str = "h100-nvl-pair") -> HostSpec:
+    """Azure NC80adis H100 v5 style VM: 2 NUMA nodes of 40 vCPUs (no SMT), two H100 NVL joined
+    by NVLink bridges, each GPU alone on its own Hyper-V vPCI root bus (PCI domains 0001 and
+    0002, no bridges above it), numa_node from the vPCI's NUMA affinity. The NVLink state
+    (active or not) lives in the NVML recording; the tree is the same."""
+
+    def nvl(domain: int, node: int) -> HostBridgeSpec:
+        gpu = DeviceSpec(
+            CLASS_3D,
+            V_NVIDIA,
+            0x2321,
+            subsystem_device=0x1839,
+            revision=0xA1,
+            driver="nvidia",
+            link=L_GPU_H100,
+            slot=(0, 0),
+            label="H100 NVL (Hyper-V vPCI)",
+        )
+        return HostBridgeSpec(bus=0x00, node=node, children=(gpu,), domain=domain)
+
+    return HostSpec(
+        name=name,
+        hostname="nc80adis-h100-v5-0",
+        osrelease="6.5.0-1025-azure",
+        sockets=2,
+        cores_per_socket=40,
+        threads_per_core=1,
+        numa=(
+            NumaSpec(0, "0-39", 335544320, (10, 32)),
+            NumaSpec(1, "40-79", 335544320, (32, 10)),
+        ),
+        host_bridges=(nvl(0x0001, 0), nvl(0x0002, 1)),
+        root_device="/dev/sda2",
+        description=(
+            "H100 NVL pair, NVLink bridges "
+            + ("inactive (Azure/azhpc-images#443)" if name.endswith("-inactive") else "active")
+        ),
+    )
+
+
+def grace_hopper_gh200() -> HostSpec:
+    """GH200 480GB: one 72-core Grace socket (NUMA node 0, LPDDR5X) and the Hopper GPU's HBM3
+    onlined as CPU-less NUMA node 1. The GPU, a ConnectX-7 and an NVMe each sit below a Grace
+    root port on their own PCI domain (the GPU at 0009:01:00.0, as on GH200 boards); every
+    PCI device is local to node 0. Real GH200 kernels also list empty nodes 2-8 reserved for
+    MIG memory partitions: not modelled here."""
+    grace_rp = 0x22B2  # Grace PCIe root port (device id illustrative)
+    gh200 = DeviceSpec(
+        CLASS_3D,
+        V_NVIDIA,
+        0x2342,
+        subsystem_device=0x16EB,
+        revision=0xA1,
+        driver="nvidia",
+        link=L_GPU_H100,
+        label="GH200 480GB (Hopper)",
+    )
+    cx7 = DeviceSpec(
+        CLASS_INFINIBAND,
+        V_MELLANOX,
+        0x1021,
+        subsystem_device=0x0041,
+        driver="mlx5_core",
+        link=L_GEN5_X16,
+        netdevs=(
+            NetdevSpec("ibp{bus}s{dev}", mtu=4092, speed_mbps=400000, arphrd=ARPHRD_INFINIBAND),
+        ),
+        rdma=(RdmaSpec("mlx5_0"),),
+        label="ConnectX-7 NDR (IB)",
+    )
+
+    def domain(d: int, child: DeviceSpec, link: LinkSpec) -> HostBridgeSpec:
+        rp = PortSpec(V_NVIDIA, grace_rp, slot=(0, 0), link=link, label="Grace root port")
+        return HostBridgeSpec(
+            bus=0x00, node=0, children=(replace(rp, children=(child,)),), domain=d
+        )
+
+    return HostSpec(
+        name="grace-hopper-gh200",
+        hostname="gh200-node01",
+        osrelease="6.8.0-1013-nvidia-64k",
+        sockets=1,
+        cores_per_socket=72,
+        threads_per_core=1,
+        numa=(
+            # SLIT as GH200 firmware reports it: the GPU memory node is "far" (80)
+            NumaSpec(0, "0-71", 502924544, (10, 80)),
+            NumaSpec(1, "", 99614720, (80, 10)),
+        ),
+        host_bridges=(
+            domain(0x0000, cx7, L_GEN5_X16),
+            domain(0x0008, _nvme("nvme0", "S64HNE0T900311"), L_NVME),
+            domain(0x0009, gh200, L_GPU_H100),
+        ),
+        description="GH200: GPU memory as a CPU-less NUMA node",
+    )
+
+
 def fixture_hosts() -> dict[str, HostSpec]:
     """The committed fixtures under tests/fixtures/hosts/<name>/, by name."""
     specs = (
@@ -1823,6 +1925,9 @@ def fixture_hosts() -> dict[str, HostSpec]:
         dgx_a100(),
         single_gpu_kvm_vm_h100_pcie(),
         no_gpu_host(),
+        h100_nvl_pair(),
+        h100_nvl_pair("h100-nvl-pair-inactive"),
+        grace_hopper_gh200(),
     )
     return {s.name: s for s in specs}
 
@@ -1831,7 +1936,7 @@ def fixture_hosts() -> dict[str, HostSpec]:
 # CLI
 # ==========================================================================================
 
-_GENERATED_TOP = frozenset({"sys", "proc"})
+_GENERATED_TOP = frozenset({"sys", "proc", "mcpnode-snapshot.json"})
 
 
 def _wipe_generated(path: Path) -> None:
@@ -1848,7 +1953,13 @@ def _wipe_generated(path: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--out", type=Path, required=True, help="destination directory")
+    ap.add_argument("--out", type=Path, help="destination directory")
+    ap.add_argument(
+        "--nvml-cases",
+        type=Path,
+        metavar="DIR",
+        help="write the NVML failure recordings (tests/nvmlgen.py) as DIR/<case>.json",
+    )
     ap.add_argument(
         "--synthetic-vfs",
         type=int,
@@ -1862,6 +1973,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="regenerate only this fixture (repeatable); default: all",
     )
     args = ap.parse_args(argv)
+    if args.out is None and args.nvml_cases is None:
+        ap.error("one of --out and --nvml-cases is required")
+    if args.nvml_cases is not None:
+        from tests import nvmlgen  # imports mcpnode: only when NVML recordings are asked for
+
+        for path in nvmlgen.write_cases(args.nvml_cases):
+            print(f"wrote {path}")
+        if args.out is None:
+            return 0
     out: Path = args.out
     if args.synthetic_vfs is not None:
         _wipe_generated(out)
@@ -1873,10 +1993,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in names if n not in hosts]
     if unknown:
         ap.error(f"unknown fixture(s): {', '.join(unknown)}; known: {', '.join(sorted(hosts))}")
+    from tests import nvmlgen  # records mcpnode's discovery of each tree: imports mcpnode
+
     for name in names:
         dest = out / name
         _wipe_generated(dest)
         write_host(hosts[name], dest)
+        nvmlgen.write_snapshot_meta(hosts[name], dest)
         count = sum(
             len(files) + len([d for d in dirs if (Path(root) / d).is_symlink()])
             for root, dirs, files in os.walk(dest)
@@ -1886,4 +2009,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as a script: import this file again as `tests.fixturegen`, so that tests/nvmlgen.py
+    # (which imports tests.fixturegen) sees the same spec classes as the specs it is given.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.fixturegen import main as _main
+
+    sys.exit(_main())

@@ -89,7 +89,11 @@ def nvlink_counts(topo: Topology) -> dict[tuple[PciAddress, PciAddress], int]:
     An inactive bridge yields nothing here, so the pair keeps its PCIe bucket.
     """
     out: dict[tuple[PciAddress, PciAddress], int] = {}
-    facts = [(g.address, g.nvml) for g in topo.gpus if g.nvml is not None]
+    # A GPU lost mid-discovery (GpuIsLost, XID 79) is off the bus: no NVLink to or from it. Its
+    # links asked before the loss would otherwise give a wrong, smaller NV# (NV6 of NV18 when
+    # lost at link 6: tests/fixtures/nvml/gpu-lost-mid-nvlink.json).
+    lost = {g.address for g in topo.gpus if g.nvml is not None and g.nvml.lost}
+    facts = [(g.address, g.nvml) for g in topo.gpus if g.nvml is not None and g.address not in lost]
     switched: dict[PciAddress, int] = {}
     for addr, f in facts:
         direct: dict[PciAddress, int] = {}
@@ -102,7 +106,8 @@ def nvlink_counts(topo: Topology) -> dict[tuple[PciAddress, PciAddress], int]:
             elif link.remote_type == "SWITCH":
                 n_switch += 1
         for peer, n in direct.items():
-            out[addr, peer] = n
+            if peer not in lost:
+                out[addr, peer] = n
         if n_switch and f.fabric_state in (None, "COMPLETED"):
             switched[addr] = n_switch
     for a, na in switched.items():

@@ -126,13 +126,17 @@ class GpuBackend(Protocol):
 
 @dataclass
 class Answer:
-    """One recorded call: the value, or the error name and code it raised."""
+    """One recorded call: the value, or the error name, code and detail it raised."""
 
     fn: str
     args: tuple[int, ...]
     value: Any = None
     error: str | None = None
     code: int | None = None
+    # Kept so a replayed error reads as the original did: nvml_facts._reason prints a
+    # NotRecorded error's detail ("not a mcpnode snapshot ..."), and a snapshot of a plain dump
+    # must replay to the same NVML reason (tests/test_snapshot.py). Omitted when empty.
+    detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"fn": self.fn, "args": list(self.args)}
@@ -141,6 +145,8 @@ class Answer:
         else:
             out["error"] = self.error
             out["code"] = self.code
+            if self.detail:
+                out["detail"] = self.detail
         return out
 
 
@@ -162,7 +168,7 @@ class RecordedNvml:
         if got is None:
             raise NvmlNotRecorded("NotRecorded", None, fn, f"args {list(args)}")
         if "error" in got:
-            raise error_for(str(got["error"]), got.get("code"), fn)
+            raise error_for(str(got["error"]), got.get("code"), fn, str(got.get("detail", "")))
         return got.get("value")
 
     def close(self) -> None:
@@ -180,7 +186,7 @@ class RecordingNvml:
         try:
             value = self.inner.call(fn, *args)
         except NvmlError as err:
-            self.answers.append(Answer(fn, args, error=err.name, code=err.code))
+            self.answers.append(Answer(fn, args, error=err.name, code=err.code, detail=err.detail))
             raise
         self.answers.append(Answer(fn, args, value=value))
         return value

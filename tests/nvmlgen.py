@@ -1,0 +1,724 @@
+"""A simulated NVML, used only to *generate* recordings for the host fixtures.
+
+`SimulatedNvml` implements `GpuBackend.call(fn, *args)` from a declarative `NvmlSpec` (one
+`GpuSpec` per GPU). It answers in the shapes `LiveNvml._plain` returns (ints, strs, lists of
+ints, the PCI-info / memory / fabric dicts, process dicts) and raises the typed errors
+`LiveNvml` raises (built with the same `error_for`), following the NotSupported matrix of
+../shared/reference/nvml-api.md section 11:
+
+- NVLink: `nvlinks=None` answers NotSupported on link 0 (PCIe GPUs, VMs); otherwise links past
+  the GPU's real count answer InvalidArgument (NVML_NVLINK_MAX_LINKS=36 is an upper bound);
+- fabric info: `fabric=None` answers NotSupported (A100, PCIe GPUs, single-GPU setups);
+- `nvmlDeviceGetNumaNodeId`: NotSupported unless the GPU's memory is a NUMA node (Grace);
+- errors are injectable per `(fn, device)` (device None: every GPU; for system calls too), at
+  `nvmlInit` (`init_error`), and a GPU can be lost from a given call on: that call and every
+  later call on that GPU answer GpuIsLost (XID 79: the GPU fell off the bus).
+
+`record(root, spec)` runs mcpnode's own discovery over a sysfs tree through
+`RecordingNvml(SimulatedNvml(spec))`, so a recording holds exactly the calls mcpnode makes: a
+fixture recorded by an older mcpnode fails replay with NotRecorded instead of passing silently.
+The simulation is never used to *test* mcpnode: tests replay the committed recordings.
+
+A call the simulation does not know raises `SimulationGap` (not an NvmlError), so generation
+stops loudly when nvml_facts.py starts asking something new.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from mcpnode.host import Host
+from mcpnode.topology.discover import discover
+from mcpnode.topology.nvml import NVML_CODES, NvmlError, RecordingNvml, error_for
+from tests import fixturegen
+from tests.fixturegen import HostSpec, PciFunction, parse_cpulist
+
+SNAPSHOT_NAME = "mcpnode-snapshot.json"
+SNAPSHOT_FORMAT = "mcpnode.snapshot/v1"
+# Fixtures are generated, not captured: a fixed time keeps regeneration byte-identical.
+FAKE_CAPTURED_AT = "2025-01-01T00:00:00+00:00"
+
+CODE_OF = {name: code for code, name in NVML_CODES.items()}
+# nvmlNvLinkDeviceType / nvmlGpuFabricState_t values
+REMOTE_GPU, REMOTE_SWITCH = 0, 2
+FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 1, 2, 3
+# PCIe generation from the speed sysfs prints (drivers/pci/pci.h pci_speed_string)
+PCIE_GEN = {
+    fixturegen.GT2_5: 1,
+    fixturegen.GT5: 2,
+    fixturegen.GT8: 3,
+    fixturegen.GT16: 4,
+    fixturegen.GT32: 5,
+}
+MIB = 2**20
+
+
+class SimulationGap(Exception):
+    """The simulation was asked something it does not model (a new NVML call in mcpnode)."""
+
+
+# ==========================================================================================
+# The spec
+# ==========================================================================================
+
+
+@dataclass(frozen=True)
+class NvLinkSpec:
+    """One NVLink: where its far end is (a GPU for bridges, an NVSwitch on HGX/DGX)."""
+
+    remote: str  # sysfs address of the far end, `0000:05:00.0`
+    remote_type: int  # REMOTE_GPU / REMOTE_SWITCH
+    remote_device_id: int  # PCI device id of the far end
+    active: bool = True
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """nvmlGpuFabricInfo: state, registration status (an nvmlReturn), clique, cluster UUID."""
+
+    state: int
+    status: int = 0
+    clique_id: int = 0
+    cluster_uuid: bytes = bytes(16)
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """What one product answers, whatever machine it sits in."""
+
+    name: str  # nvmlDeviceGetName
+    architecture: int  # nvmlDeviceArchitecture_t
+    compute_capability: tuple[int, int]
+    memory_bytes: int  # nvmlMemory_t.total as nvidia-smi's "xxxxxMiB" shows it
+    gpu_max_pcie_gen: int
+    serial_prefix: str
+    mig_capable: bool
+    nvlink_version: int | None  # NVML enum (A100 5 = 3.1, H100 6 = 4.0); None: no NVLink
+
+
+H100_SXM = GpuModel("NVIDIA H100 80GB HBM3", 9, (9, 0), 81559 * MIB, 5, "165232203", True, 6)
+A100_SXM4_80GB = GpuModel("NVIDIA A100-SXM4-80GB", 7, (8, 0), 81920 * MIB, 4, "132132100", True, 5)
+L40S = GpuModel("NVIDIA L40S", 8, (8, 9), 46068 * MIB, 4, "132352400", False, None)
+H100_PCIE = GpuModel("NVIDIA H100 PCIe", 9, (9, 0), 81559 * MIB, 5, "132162303", True, None)
+H100_NVL = GpuModel("NVIDIA H100 NVL", 9, (9, 0), 95830 * MIB, 5, "165242401", True, 6)
+GH200 = GpuModel("NVIDIA GH200 480GB", 9, (9, 0), 97871 * MIB, 5, "165262400", True, None)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU's answers. A field that is None answers NotSupported."""
+
+    address: str  # sysfs form, `0000:18:00.0`
+    pci_device_id: int  # deviceId << 16 | 0x10DE, as nvmlPciInfo_t.pciDeviceId
+    pci_subsystem_id: int  # subsystem device << 16 | subsystem vendor
+    name: str
+    architecture: int
+    compute_capability: tuple[int, int]
+    memory_total_bytes: int
+    memory_used_bytes: int
+    uuid: str
+    serial: str | None
+    board_id: int | None
+    module_id: int | None
+    minor: int
+    persistence: bool | None = True
+    ecc: tuple[int, int] | None = (1, 1)  # current, pending
+    ecc_uncorrected: tuple[int, int] = (0, 0)  # volatile, aggregate
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)
+    mig: tuple[int, int] | None = (0, 0)  # current, pending
+    compute_mode: int | None = 0
+    pcie: tuple[int, int, int, int, int] | None = None  # gen cur/max/gpu max, width cur/max
+    nvlinks: tuple[NvLinkSpec, ...] | None = None  # None: NotSupported on link 0
+    nvlink_version: int = 6
+    fabric: FabricSpec | None = None  # None: NotSupported
+    cpu_affinity_node: tuple[int, ...] = ()
+    cpu_affinity_socket: tuple[int, ...] = ()
+    memory_affinity: tuple[int, ...] = ()
+    numa_node_id: int | None = None  # None: NotSupported (everything but Grace)
+    processes: tuple[tuple[int, int | None], ...] = ()  # (pid, used bytes)
+
+
+@dataclass(frozen=True)
+class LostAt:
+    """GPU `device` falls off the bus at the first call of `fn` (with these arguments after the
+    device index, or any when None): that call and every later one on it answer GpuIsLost."""
+
+    device: int
+    fn: str
+    args: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class NvmlSpec:
+    """The whole library: versions, GPUs in NVML (= PCI bus) order, injected errors."""
+
+    gpus: tuple[GpuSpec, ...]
+    driver: str = "570.133.20"
+    cuda: int = 12080  # nvmlSystemGetCudaDriverVersion
+    init_error: str | None = None  # LibraryNotFound, DriverNotLoaded, LibRmVersionMismatch...
+    # (fn, device or None for all, NVML error name or "LibraryMismatch")
+    errors: tuple[tuple[str, int | None, str], ...] = ()
+    lost: tuple[LostAt, ...] = ()
+
+    @property
+    def nvml_version(self) -> str:
+        return f"{self.cuda // 1000}.{self.driver}"
+
+
+# ==========================================================================================
+# The simulation
+# ==========================================================================================
+
+
+def words(ids: Sequence[int], n_words: int) -> list[int]:
+    """NVML affinity arrays: word i bit b = CPU (or node) 64*i + b, `n_words` long."""
+    out = [0] * n_words
+    for i in ids:
+        if i >= 64 * n_words:
+            raise SimulationGap(f"id {i} does not fit {n_words} words (NVML: InsufficientSize)")
+        out[i // 64] |= 1 << (i % 64)
+    return out
+
+
+def pci_info(address: str, device_id: int, subsystem_id: int) -> dict[str, Any]:
+    """nvmlPciInfo_t as LiveNvml._pci_info flattens it (busId "%08X:%02X:%02X.0")."""
+    domain, bus, rest = address.split(":")
+    dev = rest.split(".")[0]
+    d, b, v = int(domain, 16), int(bus, 16), int(dev, 16)
+    return {
+        "domain": d,
+        "bus": b,
+        "device": v,
+        "pciDeviceId": device_id,
+        "pciSubSystemId": subsystem_id,
+        "busId": f"{d:08X}:{b:02X}:{v:02X}.0",
+    }
+
+
+Handler = Callable[[GpuSpec, tuple[int, ...]], Any]
+
+
+def _need(value: Any) -> Any:
+    if value is None:
+        raise _NotSupported
+    return value
+
+
+class _NotSupported(Exception):
+    """Internal: the spec says NotSupported (turned into the typed NvmlError by `call`)."""
+
+
+class _InvalidArgument(Exception):
+    """Internal: a link index past the GPU's real links."""
+
+
+def _link(g: GpuSpec, rest: tuple[int, ...]) -> NvLinkSpec:
+    links = _need(g.nvlinks)
+    (index,) = rest
+    if not 0 <= index < len(links):
+        raise _InvalidArgument
+    link: NvLinkSpec = links[index]
+    return link
+
+
+def _affinity(g: GpuSpec, rest: tuple[int, ...]) -> list[int]:
+    size, scope = rest
+    if scope not in (0, 1):
+        raise _InvalidArgument
+    return words(g.cpu_affinity_node if scope == 0 else g.cpu_affinity_socket, size)
+
+
+def _memory_affinity(g: GpuSpec, rest: tuple[int, ...]) -> list[int]:
+    size, scope = rest
+    if scope not in (0, 1):
+        raise _InvalidArgument
+    return words(g.memory_affinity, size)
+
+
+def _ecc_errors(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    error_type, counter = rest
+    if g.ecc is None or not g.ecc[0]:
+        raise _NotSupported  # ECC off or absent: no counters
+    if error_type != 1:
+        return 0  # corrected errors: none in these fixtures
+    return g.ecc_uncorrected[counter]
+
+
+def _fabric(g: GpuSpec, rest: tuple[int, ...]) -> dict[str, Any]:
+    f: FabricSpec = _need(g.fabric)
+    return {
+        "state": f.state,
+        "status": f.status,
+        "cliqueId": f.clique_id,
+        "clusterUuid": f.cluster_uuid.hex(),
+    }
+
+
+def _pcie(i: int) -> Handler:
+    return lambda g, rest: _need(g.pcie)[i]
+
+
+# Every device call mcpnode makes, with its answer in LiveNvml._plain's shape.
+DEVICE_CALLS: dict[str, tuple[int, Handler]] = {
+    # name: (number of arguments after the device index, handler)
+    "nvmlDeviceGetPciInfo": (
+        0,
+        lambda g, r: pci_info(g.address, g.pci_device_id, g.pci_subsystem_id),
+    ),
+    "nvmlDeviceGetMinorNumber": (0, lambda g, r: g.minor),
+    "nvmlDeviceGetUUID": (0, lambda g, r: g.uuid),
+    "nvmlDeviceGetName": (0, lambda g, r: g.name),
+    "nvmlDeviceGetArchitecture": (0, lambda g, r: g.architecture),
+    "nvmlDeviceGetCudaComputeCapability": (0, lambda g, r: list(g.compute_capability)),
+    "nvmlDeviceGetMemoryInfo": (
+        0,
+        lambda g, r: {
+            "total": g.memory_total_bytes,
+            "free": g.memory_total_bytes - g.memory_used_bytes,
+            "used": g.memory_used_bytes,
+        },
+    ),
+    "nvmlDeviceGetSerial": (0, lambda g, r: _need(g.serial)),
+    "nvmlDeviceGetBoardId": (0, lambda g, r: _need(g.board_id)),
+    "nvmlDeviceGetModuleId": (0, lambda g, r: _need(g.module_id)),
+    "nvmlDeviceGetPersistenceMode": (0, lambda g, r: int(_need(g.persistence))),
+    "nvmlDeviceGetEccMode": (0, lambda g, r: list(_need(g.ecc))),
+    "nvmlDeviceGetTotalEccErrors": (2, _ecc_errors),
+    "nvmlDeviceGetRemappedRows": (0, lambda g, r: list(_need(g.remapped_rows))),
+    "nvmlDeviceGetMigMode": (0, lambda g, r: list(_need(g.mig))),
+    "nvmlDeviceGetComputeMode": (0, lambda g, r: _need(g.compute_mode)),
+    "nvmlDeviceGetCurrPcieLinkGeneration": (0, _pcie(0)),
+    "nvmlDeviceGetMaxPcieLinkGeneration": (0, _pcie(1)),
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration": (0, _pcie(2)),
+    "nvmlDeviceGetCurrPcieLinkWidth": (0, _pcie(3)),
+    "nvmlDeviceGetMaxPcieLinkWidth": (0, _pcie(4)),
+    "nvmlDeviceGetNvLinkState": (1, lambda g, r: int(_link(g, r).active)),
+    "nvmlDeviceGetNvLinkVersion": (1, lambda g, r: (_link(g, r), g.nvlink_version)[1]),
+    "nvmlDeviceGetNvLinkRemoteDeviceType": (1, lambda g, r: _link(g, r).remote_type),
+    "nvmlDeviceGetNvLinkRemotePciInfo": (
+        1,
+        lambda g, r: pci_info(
+            _link(g, r).remote, _link(g, r).remote_device_id << 16 | fixturegen.V_NVIDIA, 0
+        ),
+    ),
+    "nvmlDeviceGetGpuFabricInfo": (0, _fabric),
+    "nvmlDeviceGetCpuAffinityWithinScope": (2, _affinity),
+    "nvmlDeviceGetMemoryAffinity": (2, _memory_affinity),
+    "nvmlDeviceGetNumaNodeId": (0, lambda g, r: _need(g.numa_node_id)),
+    "nvmlDeviceGetComputeRunningProcesses": (
+        0,
+        lambda g, r: [{"pid": pid, "usedGpuMemory": used} for pid, used in g.processes],
+    ),
+}
+
+
+class SimulatedNvml:
+    """A GpuBackend answering from an NvmlSpec. Stateful like the real library: calls before
+    nvmlInit answer Uninitialized, and a lost GPU stays lost."""
+
+    def __init__(self, spec: NvmlSpec) -> None:
+        self.spec = spec
+        self._initialised = False
+        self._lost: set[int] = set()
+        self._errors: Mapping[tuple[str, int | None], str] = {
+            (fn, dev): name for fn, dev, name in spec.errors
+        }
+
+    def _error(self, name: str, fn: str) -> NvmlError:
+        # The same typed error LiveNvml raises: error_for, with NVML's code (None for the
+        # binding's own NVMLLibraryMismatchError). No detail: pynvml's message texts are not
+        # modelled, and an empty detail is not recorded.
+        return error_for(name, CODE_OF.get(name), fn)
+
+    def call(self, fn: str, *args: int) -> Any:
+        s = self.spec
+        if fn == "nvmlInit":
+            if s.init_error is not None:
+                raise self._error(s.init_error, fn)
+            self._initialised = True
+            return None
+        if not self._initialised:
+            raise self._error("Uninitialized", fn)
+        system: dict[str, Callable[[], Any]] = {
+            "nvmlSystemGetDriverVersion": lambda: s.driver,
+            "nvmlSystemGetNVMLVersion": lambda: s.nvml_version,
+            "nvmlSystemGetCudaDriverVersion": lambda: s.cuda,
+            "nvmlDeviceGetCount": lambda: len(s.gpus),
+        }
+        if fn in system:
+            if args:
+                raise SimulationGap(f"{fn} takes no arguments, got {args}")
+            injected = self._errors.get((fn, None))
+            if injected is not None:
+                raise self._error(injected, fn)
+            return system[fn]()
+        if fn not in DEVICE_CALLS:
+            raise SimulationGap(f"the simulated NVML does not model {fn}")
+        arity, handler = DEVICE_CALLS[fn]
+        if len(args) != 1 + arity:
+            raise SimulationGap(f"{fn} takes a device and {arity} arguments, got {args}")
+        dev, rest = args[0], tuple(args[1:])
+        if not 0 <= dev < len(s.gpus):
+            raise self._error("InvalidArgument", fn)
+        if dev in self._lost or any(
+            at.device == dev and at.fn == fn and at.args in (None, rest) for at in s.lost
+        ):
+            self._lost.add(dev)
+            raise self._error("GpuIsLost", fn)
+        injected = self._errors.get((fn, dev), self._errors.get((fn, None)))
+        if injected is not None:
+            raise self._error(injected, fn)
+        try:
+            return handler(s.gpus[dev], rest)
+        except _NotSupported:
+            raise self._error("NotSupported", fn) from None
+        except _InvalidArgument:
+            raise self._error("InvalidArgument", fn) from None
+
+    def close(self) -> None:
+        pass
+
+
+# ==========================================================================================
+# Specs from a fixture's HostSpec
+# ==========================================================================================
+
+
+def _key(f: PciFunction) -> tuple[int, int, int, int]:
+    return (f.domain, f.bus, f.dev, f.fn)
+
+
+def gpu_functions(host: HostSpec) -> list[PciFunction]:
+    """NVIDIA display-class functions in PCI order: NVML's index order."""
+    fns = fixturegen.pci_functions(host)
+    gpus = [f for f in fns if f.vendor == fixturegen.V_NVIDIA and f.class_code >> 16 == 0x03]
+    return sorted(gpus, key=_key)
+
+
+def nvswitch_functions(host: HostSpec) -> list[PciFunction]:
+    fns = fixturegen.pci_functions(host)
+    switches = (fixturegen.CLASS_NVSWITCH_A100, fixturegen.CLASS_NVSWITCH_H100)
+    out = [f for f in fns if f.vendor == fixturegen.V_NVIDIA and f.class_code in switches]
+    return sorted(out, key=_key)
+
+
+def _locality(host: HostSpec, f: PciFunction) -> tuple[list[int], list[int], list[int]]:
+    """(node-scope CPUs, socket-scope CPUs, memory-affinity nodes) the driver would report:
+    the CPUs the tree's `local_cpulist` gives, the CPUs of the package(s) holding them, and
+    the node holding those CPUs."""
+    all_cpus = list(range(host.n_cpus))
+    node_cpus = {n.id: parse_cpulist(n.cpus) for n in host.numa}
+    local = all_cpus if f.node < 0 else node_cpus[f.node]
+    packages = {cpu // host.cores_per_socket % host.sockets for cpu in local}
+    socket = [cpu for cpu in all_cpus if cpu // host.cores_per_socket % host.sockets in packages]
+    nodes = [n for n, cpus in node_cpus.items() if cpus and set(cpus) & set(local)]
+    mem = [f.node] if f.node >= 0 else (nodes if len(nodes) == 1 else [])
+    return local, socket, mem
+
+
+def _gen(speed: str | None) -> int:
+    if speed is None or speed not in PCIE_GEN:
+        raise SimulationGap(f"no PCIe generation for link speed {speed!r}")
+    return PCIE_GEN[speed]
+
+
+def base_gpus(host: HostSpec, model: GpuModel) -> tuple[GpuSpec, ...]:
+    """One GpuSpec per GPU of the host, consistent with its sysfs tree: address, ids, PCIe
+    link, CPU and memory affinity. No NVLink, no fabric, no GPU NUMA node: callers add them."""
+    out = []
+    for i, f in enumerate(gpu_functions(host)):
+        if f.link is None:
+            raise SimulationGap(f"{f.address}: a GPU without a PCIe link")
+        local, socket, mem = _locality(host, f)
+        width = f.link.width
+        out.append(
+            GpuSpec(
+                address=f.address,
+                pci_device_id=f.device << 16 | f.vendor,
+                pci_subsystem_id=f.subsystem_device << 16 | f.subsystem_vendor,
+                name=model.name,
+                architecture=model.architecture,
+                compute_capability=model.compute_capability,
+                memory_total_bytes=model.memory_bytes,
+                memory_used_bytes=4 * MIB,  # an idle GPU: nvidia-smi "4MiB / 81559MiB"
+                uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'mcpnode:{host.name}:{f.address}')}",
+                serial=f"{model.serial_prefix}{i:04d}",
+                board_id=f.bus << 8,
+                module_id=i + 1,
+                minor=i,
+                mig=(0, 0) if model.mig_capable else None,
+                pcie=(
+                    _gen(f.link.speed),
+                    _gen(f.link.max_speed or f.link.speed),
+                    model.gpu_max_pcie_gen,
+                    width,
+                    f.link.max_width if f.link.max_width is not None else width,
+                ),
+                nvlink_version=model.nvlink_version or 0,
+                cpu_affinity_node=tuple(local),
+                cpu_affinity_socket=tuple(socket),
+                memory_affinity=tuple(mem),
+            )
+        )
+    return tuple(out)
+
+
+# GPU0's 18 links on an HGX H100 (../shared/nvidia-topo/hgx-h100-nvlink-R-gpu0-PARTIAL.txt),
+# as indexes into the 4 NVSwitches at 05..08:00.0: 07 07 06 06 07 07 06 06 05 05 07 06 08 08
+# 05 05 08 08 (5+5+4+4 links). GPU1's first two links land on 08: modelled as the same spread
+# rotated by one switch per GPU (the published excerpt stops there).
+H100_GPU0_SWITCHES = (2, 2, 1, 1, 2, 2, 1, 1, 0, 0, 2, 1, 3, 3, 0, 0, 3, 3)
+
+
+def switch_links(
+    switches: Sequence[PciFunction], pattern: Sequence[int], rotate: int
+) -> tuple[NvLinkSpec, ...]:
+    n = len(switches)
+    return tuple(
+        NvLinkSpec(switches[(s + rotate) % n].address, REMOTE_SWITCH, switches[0].device)
+        for s in pattern
+    )
+
+
+def bridge_links(peer: GpuSpec, count: int, active: bool) -> tuple[NvLinkSpec, ...]:
+    return tuple(
+        NvLinkSpec(peer.address, REMOTE_GPU, peer.pci_device_id >> 16, active) for _ in range(count)
+    )
+
+
+def hgx_h100_nvml(host: HostSpec) -> NvmlSpec:
+    """8x H100 SXM: 18 links each to the 4 NVSwitches, Fabric Manager done (COMPLETED)."""
+    switches = nvswitch_functions(host)
+    gpus = []
+    for i, g in enumerate(base_gpus(host, H100_SXM)):
+        procs: tuple[tuple[int, int | None], ...] = ()
+        if i == 0:
+            procs = ((311207, 70 * 2**30),)  # one inference server holding 70 GiB
+        gpus.append(
+            replace(
+                g,
+                nvlinks=switch_links(switches, H100_GPU0_SWITCHES, i),
+                fabric=FabricSpec(FABRIC_COMPLETED),
+                processes=procs,
+                memory_used_bytes=g.memory_used_bytes + sum(p[1] or 0 for p in procs),
+            )
+        )
+    return NvmlSpec(tuple(gpus), driver="570.133.20", cuda=12080)
+
+
+def dgx_a100_nvml(host: HostSpec) -> NvmlSpec:
+    """8x A100 SXM4: 12 links each, two to each of the 6 NVSwitches; no fabric state on
+    Ampere (NotSupported: the A100 fabric is not managed through this call)."""
+    switches = nvswitch_functions(host)
+    pattern = tuple(k // 2 for k in range(12))
+    gpus = tuple(
+        replace(g, nvlinks=switch_links(switches, pattern, 0), nvlink_version=5)
+        for g in base_gpus(host, A100_SXM4_80GB)
+    )
+    return NvmlSpec(gpus, driver="535.183.01", cuda=12020)
+
+
+def l40s_nvml(host: HostSpec) -> NvmlSpec:
+    """4x L40S: no NVLink, no fabric, no MIG (Ada: NotSupported)."""
+    return NvmlSpec(base_gpus(host, L40S), driver="550.90.07", cuda=12040)
+
+
+def vm_h100_pcie_nvml(host: HostSpec) -> NvmlSpec:
+    """H100 PCIe passed through to a KVM guest: no NVLink ("does not have or support Nvlink"),
+    no fabric; sysfs numa_node is -1 there, NVML's memory affinity says node 0."""
+    (g,) = base_gpus(host, H100_PCIE)
+    return NvmlSpec((replace(g, memory_affinity=(0,)),), driver="575.57.08", cuda=12090)
+
+
+def h100_nvl_pair_nvml(host: HostSpec, *, active: bool = True) -> NvmlSpec:
+    """2x H100 NVL joined by NVLink bridges: 12 links each, far end the peer GPU."""
+    a, b = base_gpus(host, H100_NVL)
+    return NvmlSpec(
+        (
+            replace(a, nvlinks=bridge_links(b, 12, active), module_id=1),
+            replace(b, nvlinks=bridge_links(a, 12, active), module_id=1),
+        ),
+        driver="550.54.15",
+        cuda=12040,
+    )
+
+
+def gh200_nvml(host: HostSpec) -> NvmlSpec:
+    """GH200: GPU memory is NUMA node 1 (CPU-less); memory affinity names the Grace node 0, the
+    CPUs' own memory, not the GPU's node. No NVLink or fabric on a standalone GH200."""
+    (g,) = base_gpus(host, GH200)
+    return NvmlSpec((replace(g, numa_node_id=1),), driver="560.35.03", cuda=12060)
+
+
+def fixture_nvml(host: HostSpec) -> NvmlSpec | None:
+    """The NVML of a committed fixture, or None for a host without GPUs."""
+    makers: dict[str, Callable[[HostSpec], NvmlSpec]] = {
+        "hgx-h100-8gpu-8nic": hgx_h100_nvml,
+        "dgx-a100": dgx_a100_nvml,
+        "pcie-4x-l40s-2socket": l40s_nvml,
+        "single-gpu-kvm-vm-h100-pcie": vm_h100_pcie_nvml,
+        "h100-nvl-pair": h100_nvl_pair_nvml,
+        "h100-nvl-pair-inactive": lambda h: h100_nvl_pair_nvml(h, active=False),
+        "grace-hopper-gh200": gh200_nvml,
+    }
+    maker = makers.get(host.name)
+    if maker is None:
+        if gpu_functions(host):
+            raise SimulationGap(f"{host.name} has GPUs but no NVML spec")
+        return None
+    return maker(host)
+
+
+# ==========================================================================================
+# Failure cases: standalone recordings under tests/fixtures/nvml/<case>.json
+# ==========================================================================================
+
+
+def _hgx() -> tuple[HostSpec, NvmlSpec]:
+    host = fixturegen.hgx_h100_8gpu_8nic()
+    return host, hgx_h100_nvml(host)
+
+
+def nvml_case(name: str) -> tuple[HostSpec, NvmlSpec]:
+    """The host a failure case is recorded on (and replayed on in tests), and the NVML that
+    fails. Unless said otherwise: the HGX H100 of hgx-h100-8gpu-8nic."""
+    host, spec = _hgx()
+    if name == "library-not-found":
+        return host, replace(spec, init_error="LibraryNotFound")
+    if name == "driver-library-mismatch":
+        return host, replace(spec, init_error="LibRmVersionMismatch")
+    if name == "driver-not-loaded":
+        return host, replace(spec, init_error="DriverNotLoaded")
+    if name == "no-permission":
+        return host, replace(spec, init_error="NoPermission")
+    if name == "gpu-lost":
+        # XID 79 on GPU 3 while discovery runs: PCI identity read, then the ECC counters fail
+        return host, replace(spec, lost=(LostAt(3, "nvmlDeviceGetTotalEccErrors"),))
+    if name == "gpu-lost-mid-nvlink":
+        # GPU 5 lost while its links are walked: links 0-5 answered, link 6 does not
+        return host, replace(spec, lost=(LostAt(5, "nvmlDeviceGetNvLinkState", (6,)),))
+    if name == "process-abi-mismatch":
+        # binding and driver disagree on nvmlProcessInfo_st (535.43/.86 changed it, 535.98
+        # rolled it back; nvidia-ml-py 12.535.77 follows the changed one): pynvml raises
+        # NVMLLibraryMismatchError, which LiveNvml records as "LibraryMismatch", code None
+        return host, replace(
+            spec, errors=(("nvmlDeviceGetComputeRunningProcesses", None, "LibraryMismatch"),)
+        )
+    if name == "fabric-in-progress":
+        # Fabric Manager not (yet) done: CUDA fails with 802 until it registers the GPUs
+        gpus = tuple(replace(g, fabric=FabricSpec(FABRIC_IN_PROGRESS)) for g in spec.gpus)
+        return host, replace(spec, gpus=gpus)
+    if name == "function-not-found":
+        # A driver whose libnvidia-ml lacks the fabric symbols (neither ...FabricInfoV nor the
+        # v1 call): DGX A100 on an R470 driver, the era of its nvidia-smi reference.
+        a100 = fixturegen.dgx_a100()
+        return a100, replace(
+            dgx_a100_nvml(a100),
+            driver="470.57.02",
+            cuda=11040,
+            errors=(("nvmlDeviceGetGpuFabricInfo", None, "FunctionNotFound"),),
+        )
+    if name == "mig-enabled":
+        # MIG on (current and pending): remapped rows and compute mode want a MIG device handle
+        vm = fixturegen.single_gpu_kvm_vm_h100_pcie()
+        base = vm_h100_pcie_nvml(vm)
+        (g,) = base.gpus
+        mig = replace(g, mig=(1, 1), remapped_rows=None, compute_mode=None)
+        return vm, replace(base, gpus=(mig,))
+    raise KeyError(name)
+
+
+NVML_CASES = (
+    "library-not-found",
+    "driver-library-mismatch",
+    "driver-not-loaded",
+    "no-permission",
+    "gpu-lost",
+    "gpu-lost-mid-nvlink",
+    "mig-enabled",
+    "process-abi-mismatch",
+    "function-not-found",
+    "fabric-in-progress",
+)
+
+
+# ==========================================================================================
+# Recording and files
+# ==========================================================================================
+
+
+def record(host_root: Path | str, spec: NvmlSpec) -> dict[str, Any]:
+    """Run mcpnode's discovery on the tree at `host_root` against the simulation, keeping
+    every answer: `{"nvml": {"calls": [...]}}`."""
+    rec = RecordingNvml(SimulatedNvml(spec))
+    with Host(host_root) as host:
+        discover(host, rec)
+    return {"nvml": {"calls": rec.to_json()}}
+
+
+def _calls_json(calls: Sequence[Mapping[str, Any]], indent: str) -> str:
+    """`{"calls": [...]}` with one call per line: compact, and a diff shows which answer
+    changed."""
+    if not calls:
+        return '{"calls": []}'
+    body = ",\n".join(f"{indent}  {json.dumps(c, sort_keys=True)}" for c in calls)
+    return '{"calls": [\n' + body + f"\n{indent}]}}"
+
+
+def nvml_json(nvml: Mapping[str, Any]) -> str:
+    """A standalone recording (tests/fixtures/nvml/<case>.json)."""
+    return _calls_json(nvml["calls"], "") + "\n"
+
+
+def snapshot_meta_json(host: HostSpec, nvml: Mapping[str, Any]) -> str:
+    """`mcpnode-snapshot.json` for a generated root. Deliberately without `topology_sha256`
+    and `mcpnode_version`: those describe a capture, and a generated fixture would then have
+    to be regenerated for every unrelated change of the topology model."""
+    meta: dict[str, Any] = {
+        "format": SNAPSHOT_FORMAT,
+        "generator": "tests/nvmlgen.py (simulated NVML; not a capture of a real machine)",
+        "hostname": host.hostname,
+        "kernel_release": host.osrelease,
+        "captured_at": FAKE_CAPTURED_AT,
+        "commands": {},
+    }
+    lines = [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(meta.items())]
+    lines.append(f'  "nvml": {_calls_json(nvml["calls"], "  ")}')
+    lines.sort(key=lambda line: line.split(":", 1)[0])
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def write_snapshot_meta(host: HostSpec, root: Path) -> bool:
+    """Record the fixture's NVML over its tree at `root` and write `mcpnode-snapshot.json`
+    there. False (nothing written) for a host without GPUs."""
+    spec = fixture_nvml(host)
+    if spec is None:
+        return False
+    text = snapshot_meta_json(host, record(root, spec)["nvml"])
+    (root / SNAPSHOT_NAME).write_text(text)
+    return True
+
+
+def write_cases(dest: Path, names: Sequence[str] = NVML_CASES) -> list[Path]:
+    """Record every failure case (each on a fresh tree of its host) into `dest/<case>.json`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    trees: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="nvmlgen-") as tmp:
+        for name in names:
+            host, spec = nvml_case(name)
+            root = trees.get(host.name)
+            if root is None:
+                root = Path(tmp) / host.name
+                fixturegen.write_host(host, root)
+                trees[host.name] = root
+            out = dest / f"{name}.json"
+            out.write_text(nvml_json(record(root, spec)["nvml"]))
+            written.append(out)
+    return written
