@@ -10,6 +10,8 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 4. `mcpnode --help` start-up.
 5. NVML replay cost: `discover(Host(root), RecordedNvml(calls))` vs `discover(Host(root))` on
    the fixture hosts that carry recorded NVML answers (`mcpnode-snapshot.json`).
+6. Tuning: plan + verify of a 60-key profile in process against a temporary root
+   (bench/bench_tuning.py; target < 10 ms).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -30,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench_tuning import bench_tuning  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
 from mcpnode.host import Host  # noqa: E402
 from mcpnode.topology.discover import discover  # noqa: E402
@@ -268,6 +272,7 @@ def main() -> None:
             "in_process": bench_in_process(roots),
             "scaling": bench_scaling(tmp / "synthetic"),
             "nvml_replay": bench_nvml_replay(),
+            "tuning": bench_tuning(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

@@ -45,3 +45,13 @@ class SymlinkLoop(HostError):
 
 class ReadError(HostError):
     """Any other I/O failure (EIO from a dying device, a directory where a file was expected)."""
+
+
+class WriteError(HostError):
+    """A write failed, or the kernel refused the value written (EINVAL/ERANGE for an out-of-range
+    sysctl, ENOENT for an unregistered congestion control, EBUSY, EIO). EACCES/EPERM/EROFS on a
+    write are AccessDenied instead, so privilege problems are reported as such."""
+
+
+class CommandFailed(HostError):
+    """A command Host ran (modprobe) exited non-zero or could not be started."""

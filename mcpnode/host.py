@@ -13,6 +13,18 @@ Two read primitives (see STYLE.md, habit 3):
 - `read_text` raises a typed `HostError` subclass;
 - `read_optional` returns None only for ENOENT, ENODEV and EINVAL, the errnos sysfs uses for
   "not here / not supported"; EACCES and everything else still raise.
+
+Write primitives (tuning, and later the manifest), all under the same root and never through a
+symlink's last component:
+- `write_text` replaces the content of an *existing* file in one write(2) (a sysctl or sysfs
+  attribute: never created, so a typo cannot plant a file under /proc/sys of a fake root);
+- `write_file_atomic` creates or replaces a regular file: temp file in the same directory,
+  fsync, rename, fsync of the directory (journal, /etc/sysctl.d file);
+- `remove` unlinks a file; `load_module` runs modprobe, on the live root only.
+
+Test hook: with `MCPNODE_FAULT_KILL_AFTER_WRITES=N` in the environment the process SIGKILLs
+itself right after its N-th successful write (any of the four above), so crash tests can stop an
+apply at every point. It is read at each write, never at import.
 """
 
 from __future__ import annotations
@@ -20,8 +32,12 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import os
+import re
+import secrets
 import shutil
+import signal
 import stat
+import subprocess
 import tempfile
 import weakref
 from collections.abc import Iterator
@@ -31,12 +47,14 @@ from typing import NamedTuple
 
 from mcpnode.errors import (
     AccessDenied,
+    CommandFailed,
     HostError,
     NotSupported,
     PathNotFound,
     ReadError,
     RootError,
     SymlinkLoop,
+    WriteError,
 )
 
 # Linux's own limit on symlinks followed in one lookup (fs/namei.c MAXSYMLINKS = 40).
@@ -46,6 +64,24 @@ _MAX_SYMLINK_HOPS = 40
 _READ_CHUNK = 65536
 
 _ABSENT_ERRNOS = frozenset({errno_mod.ENOENT, errno_mod.ENODEV, errno_mod.EINVAL})
+
+# The crash-test hook (module docstring). Counted per process, across every Host object, because
+# the journal may live under a different Host (--state-dir) than the sysctls it protects.
+FAULT_ENV = "MCPNODE_FAULT_KILL_AFTER_WRITES"
+_writes_done = 0
+
+# Kernel module names as modprobe takes them (module_name() in kmod: [A-Za-z0-9_-]).
+_MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
+_MODPROBE_TIMEOUT_S = 30
+
+
+def _count_write() -> None:
+    """Count one successful write; SIGKILL this process after the N-th when the hook is set."""
+    global _writes_done
+    _writes_done += 1
+    limit = os.environ.get(FAULT_ENV, "")
+    if limit.isdigit() and _writes_done >= int(limit):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -83,6 +119,18 @@ def _translate(err: OSError, logical: str) -> HostError:
     if code == errno_mod.ELOOP:
         return SymlinkLoop(logical, code, detail)
     return ReadError(logical, code, detail)
+
+
+def _translate_write(err: OSError, logical: str) -> HostError:
+    """An OSError from open(2)/write(2) for writing. Permission problems stay AccessDenied (EROFS
+    too: containers mount /proc/sys read-only); what the kernel refuses is a WriteError."""
+    code = err.errno
+    detail = err.strerror or str(err)
+    if code in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
+        return AccessDenied(logical, code, detail)
+    if code == errno_mod.ELOOP:
+        return SymlinkLoop(logical, code, detail)
+    return WriteError(logical, code, detail)
 
 
 def _split(logical: str) -> list[str]:
@@ -468,3 +516,156 @@ class Host:
             return self.listdir(logical)
         except PathNotFound:
             return None
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write_text(self, logical: str, text: str) -> None:
+        """Replace the content of an existing file with `text`, in a single write(2).
+
+        For sysctls and sysfs attributes: the kernel parses one write as one value, so a
+        multi-field value ("4096 131072 16777216") must not be split. The file is never created
+        (no O_CREAT) and a symlink as the last component is refused (O_NOFOLLOW -> SymlinkLoop).
+
+        Raises PathNotFound when the file does not exist, AccessDenied for EACCES/EPERM/EROFS,
+        WriteError when the kernel refuses the value (EINVAL, ERANGE, ENOENT from write(2)...)
+        or the write is short.
+        """
+        data = text.encode("utf-8")
+        # O_NONBLOCK: a FIFO planted in a fake root fails (ENXIO) instead of hanging the apply.
+        flags = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(self._real_fs(logical), flags)
+        except HostError:
+            raise
+        except OSError as err:
+            if err.errno == errno_mod.ENOENT:
+                raise PathNotFound(logical, err.errno, err.strerror or str(err)) from err
+            raise _translate_write(err, logical) from err
+        try:
+            written = os.write(fd, data)
+        except OSError as err:
+            raise _translate_write(err, logical) from err
+        finally:
+            os.close(fd)
+        if written != len(data):
+            raise WriteError(logical, None, f"short write: {written} of {len(data)} bytes")
+        _count_write()
+
+    def makedirs(self, logical: str, mode: int = 0o755) -> None:
+        """Create a directory and its missing parents inside the root (symlinks on the way are
+        resolved in-root, so a link cannot lead the creation outside). Not counted as a write:
+        creating an existing tree again is a no-op. Raises a HostError subclass."""
+        real = "/"
+        for comp in _split(logical):
+            if comp == "..":
+                raise PathNotFound(logical, errno_mod.EINVAL, "'..' in a directory to create")
+            candidate = (real if real != "/" else "") + "/" + comp
+            try:
+                real = self.realpath(candidate)
+            except PathNotFound:
+                try:
+                    os.mkdir(self.fs_path(candidate), mode)
+                except FileExistsError:
+                    pass
+                except OSError as err:
+                    raise _translate_write(err, logical) from err
+                real = candidate
+            if not os.path.isdir(self.fs_path(real)):
+                raise WriteError(logical, errno_mod.ENOTDIR, f"{real} is not a directory")
+
+    def write_file_atomic(self, logical: str, data: bytes, mode: int = 0o644) -> None:
+        """Create or replace a regular file atomically: a temporary file in the same directory
+        (O_EXCL), fsync, rename over the target, fsync of the directory. A crash leaves either
+        the old content or the new, never a mix; parent directories are created (0755).
+
+        Raises AccessDenied or WriteError (a HostError subclass)."""
+        parts = _split(logical)
+        if not parts or parts[-1] in ("..", "."):
+            raise WriteError(logical, errno_mod.EINVAL, "not a file name")
+        parent = "/" + "/".join(parts[:-1])
+        self.makedirs(parent)
+        dir_fs = self.fs_path(self.realpath(parent))
+        final = dir_fs.rstrip("/") + "/" + parts[-1]
+        tmp = f"{dir_fs.rstrip('/')}/.{parts[-1]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode
+            )
+        except OSError as err:
+            raise _translate_write(err, logical) from err
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)  # the umask must not narrow a world-readable file
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, final)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _translate_write(err, logical) from err
+        self._fsync_dir(dir_fs)
+        _count_write()
+
+    def remove(self, logical: str) -> bool:
+        """Unlink a file (a symlink itself, never its target). True when something was removed,
+        False when it was already absent. Raises AccessDenied or WriteError otherwise."""
+        try:
+            fs = self._real_fs(logical)
+            os.unlink(fs)
+        except PathNotFound:
+            return False
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            raise _translate_write(err, logical) from err
+        self._fsync_dir(fs.rsplit("/", 1)[0] or "/")
+        _count_write()
+        return True
+
+    @staticmethod
+    def _fsync_dir(dir_fs: str) -> None:
+        """Make a rename/unlink durable. Some filesystems refuse fsync on a directory (EINVAL);
+        the rename itself is still atomic there."""
+        try:
+            fd = os.open(dir_fs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def load_module(self, name: str) -> None:
+        """`modprobe -q -- NAME` on the live machine (needs CAP_SYS_MODULE).
+
+        A recorded root has no kernel to load into: raises NotSupported there rather than
+        touching this machine. Raises CommandFailed when modprobe fails or is missing."""
+        if not _MODULE_NAME.match(name):
+            raise CommandFailed(f"module:{name}", errno_mod.EINVAL, "not a module name")
+        if not self.is_live:
+            raise NotSupported(
+                f"module:{name}", None, "loading a kernel module needs the live host (--root /)"
+            )
+        # sbin is not on every PATH (sudo -E, cron), and modprobe lives there.
+        modprobe = shutil.which("modprobe", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+        if modprobe is None:
+            raise CommandFailed(f"module:{name}", errno_mod.ENOENT, "modprobe not found")
+        try:
+            proc = subprocess.run(
+                [modprobe, "-q", "--", name],
+                capture_output=True,
+                text=True,
+                timeout=_MODPROBE_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise CommandFailed(f"module:{name}", None, f"modprobe: {err}") from err
+        if proc.returncode != 0:
+            detail = proc.stderr.strip() or f"modprobe exited {proc.returncode}"
+            raise CommandFailed(f"module:{name}", None, detail)
+        _count_write()

@@ -10,7 +10,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 
 # Lower layers first; a module may import only from its own layer or below.
-LAYERS = ["errors", "host_tar", "host", "topology", "snapshot", "cli"]
+LAYERS = ["errors", "host_tar", "host", "topology", "tuning", "snapshot", "cli"]
 ALLOWED_EXTRA = {"__init__": 0, "__main__": len(LAYERS)}
 
 
@@ -68,6 +68,20 @@ def test_only_host_touches_the_machine() -> None:
             code = line.split("#", 1)[0]
             if pattern.search(code):
                 offenders.append(f"{mod}:{i}: {line.strip()}")
-    # Logical paths are named in the readers (topology/sysfs.py) and resolved by Host.
-    offenders = [o for o in offenders if not o.startswith("mcpnode.topology.sysfs:")]
+    # Logical paths are named in the readers (topology/sysfs.py, tuning/paths.py) and
+    # resolved by Host.
+    named_here = ("mcpnode.topology.sysfs:", "mcpnode.tuning.paths:")
+    offenders = [o for o in offenders if not o.startswith(named_here)]
     assert offenders == []
+
+
+def test_tuning_never_imports_topology_or_cli() -> None:
+    """Tuning sits beside topology, not above it: a profile apply must not need discovery."""
+    bad = [
+        f"{mod} imports {imp}"
+        for mod, path in modules()
+        if mod.startswith("mcpnode.tuning")
+        for imp in imports(path)
+        if imp.startswith(("mcpnode.topology", "mcpnode.cli", "mcpnode.snapshot"))
+    ]
+    assert bad == []

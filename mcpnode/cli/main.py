@@ -107,6 +107,192 @@ def snapshot(root: str, output: Path) -> None:
     )
 
 
+# -- tuning -----------------------------------------------------------------------------------
+
+
+PROFILE_HELP = "Profile name: a shipped profile, or one in /etc/mcpnode/profiles (which wins)."
+
+
+def profiles_dir_option(fn: F) -> F:
+    """`--profiles-dir DIR`: the system profiles (default: the shipped `profiles/`)."""
+    return click.option(
+        "--profiles-dir",
+        "profiles_dir",
+        default=None,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="System profiles directory (default: the profiles shipped with mcpnode).",
+    )(fn)
+
+
+def state_dir_option(fn: F) -> F:
+    """`--state-dir DIR`: where the journal lives (default: var/lib/mcpnode under the root)."""
+    return click.option(
+        "--state-dir",
+        "state_dir",
+        default=None,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
+    )(fn)
+
+
+def format_option(fn: F) -> F:
+    return click.option(
+        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    )(fn)
+
+
+def _journal_store(host: Any, state_dir: Path | None) -> Any:
+    from mcpnode.host import Host
+    from mcpnode.tuning.journal import JournalStore
+
+    if state_dir is None:
+        return JournalStore(host)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return JournalStore(Host(state_dir), "/tuning-journal.json")
+
+
+@cli.group()
+def profiles() -> None:
+    """Tuning profiles: list them, show one resolved, explain a key."""
+
+
+@profiles.command("list")
+@root_option
+@profiles_dir_option
+@format_option
+def profiles_list(root: str, profiles_dir: Path | None, fmt: str) -> None:
+    """Every profile (system and /etc/mcpnode/profiles), with its includes and summary."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.host import Host
+    from mcpnode.tuning.profile import list_profiles
+
+    with Host(root) as host:
+        rows = list_profiles(host, profiles_dir)
+    if fmt == "json":
+        click.echo(render_tuning.profiles_json(rows))
+    else:
+        click.echo(render_tuning.profiles_text(rows), nl=False)
+
+
+@profiles.command("show")
+@click.argument("name")
+@root_option
+@profiles_dir_option
+@format_option
+def profiles_show(name: str, root: str, profiles_dir: Path | None, fmt: str) -> None:
+    """One profile with its includes merged: each value, where it comes from, and why."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.host import Host
+    from mcpnode.tuning.profile import load_profile
+
+    with Host(root) as host:
+        profile = load_profile(name, host, profiles_dir)
+    if fmt == "json":
+        click.echo(render_tuning.profile_json(profile))
+    else:
+        click.echo(render_tuning.profile_text(profile), nl=False)
+
+
+@profiles.command("explain")
+@click.argument("key")
+@root_option
+@profiles_dir_option
+@format_option
+def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -> None:
+    """What KEY does, its kernel default, which profiles set it and why, and its caveats
+    (network namespaces, capabilities)."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.host import Host
+    from mcpnode.tuning.explain import explain
+
+    with Host(root) as host:
+        explanation = explain(key, host, profiles_dir)
+    if fmt == "json":
+        click.echo(render_tuning.explain_json(explanation))
+    else:
+        click.echo(render_tuning.explain_text(explanation), nl=False)
+
+
+@cli.command()
+@click.option("--profile", "profile_name", default="base", show_default=True, help=PROFILE_HELP)
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--persist", is_flag=True, help="Also write /etc/sysctl.d/90-mcpnode.conf.")
+@root_option
+@profiles_dir_option
+@state_dir_option
+@format_option
+def apply(
+    profile_name: str,
+    dry_run: bool,
+    persist: bool,
+    root: str,
+    profiles_dir: Path | None,
+    state_dir: Path | None,
+    fmt: str,
+) -> None:
+    """Apply a tuning profile: journal the originals, write, undo everything on a failure."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.cli.logs import configure_logging
+    from mcpnode.host import Host
+    from mcpnode.tuning.apply import apply_profile
+    from mcpnode.tuning.profile import load_profile
+
+    configure_logging()
+    with Host(root) as host:
+        profile = load_profile(profile_name, host, profiles_dir)
+        store = _journal_store(host, state_dir)
+        result = apply_profile(host, profile, store, persist=persist, dry_run=dry_run)
+    if fmt == "json":
+        click.echo(render_tuning.apply_json(result))
+    else:
+        click.echo(render_tuning.apply_text(result), nl=False)
+
+
+@cli.command()
+@click.option("--profile", "profile_name", default="base", show_default=True, help=PROFILE_HELP)
+@root_option
+@profiles_dir_option
+@format_option
+@click.pass_context
+def verify(
+    ctx: click.Context, profile_name: str, root: str, profiles_dir: Path | None, fmt: str
+) -> None:
+    """Compare the host with a profile; exit 1 when anything drifted."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.host import Host
+    from mcpnode.tuning.profile import load_profile
+    from mcpnode.tuning.verify import verify as verify_profile
+
+    with Host(root) as host:
+        report = verify_profile(host, load_profile(profile_name, host, profiles_dir))
+    if fmt == "json":
+        click.echo(render_tuning.verify_json(report))
+    else:
+        click.echo(render_tuning.verify_text(report), nl=False)
+    if not report.ok:
+        ctx.exit(EXIT_FINDINGS)
+
+
+@cli.command()
+@root_option
+@state_dir_option
+@format_option
+def rollback(root: str, state_dir: Path | None, fmt: str) -> None:
+    """Restore the original values from the journal, remove the persisted file and journal."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.cli.logs import configure_logging
+    from mcpnode.host import Host
+    from mcpnode.tuning.apply import rollback as rollback_tuning
+
+    configure_logging()
+    with Host(root) as host:
+        result = rollback_tuning(host, _journal_store(host, state_dir))
+    if fmt == "json":
+        click.echo(render_tuning.rollback_json(result))
+    else:
+        click.echo(render_tuning.rollback_text(result), nl=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps mcpnode's errors to exit codes and one-line messages."""
     try:

@@ -1,0 +1,262 @@
+"""Text and JSON for the tuning commands. JSON documents carry a schema name and version."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from mcpnode.tuning.apply import ApplyResult, RollbackResult
+from mcpnode.tuning.explain import Explanation
+from mcpnode.tuning.outcome import Outcome
+from mcpnode.tuning.persist import Assignment
+from mcpnode.tuning.plan import PlanItem
+from mcpnode.tuning.profile import Profile, ProfileInfo
+from mcpnode.tuning.values import describe
+from mcpnode.tuning.verify import VerifyReport
+
+APPLY_SCHEMA = "mcpnode.tuning-apply/v1"
+VERIFY_SCHEMA = "mcpnode.tuning-verify/v1"
+ROLLBACK_SCHEMA = "mcpnode.tuning-rollback/v1"
+PROFILES_SCHEMA = "mcpnode.tuning-profiles/v1"
+_CELL = 34
+
+
+def _cell(value: str | None) -> str:
+    text = "-" if value is None else " ".join(value.split()) or "(empty)"
+    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns, two spaces apart; the last column is never padded."""
+    body = [list(r) for r in rows]
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
+    lines = []
+    for row in [list(headers), *body]:
+        cells = [c.ljust(widths[i]) for i, c in enumerate(row[:-1])] + [row[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def plan_table(items: Sequence[PlanItem]) -> str:
+    rows = [(i.key, _cell(i.current), _cell(i.desired), i.action, i.reason) for i in items]
+    return table(("KEY", "CURRENT", "DESIRED", "ACTION", "REASON"), rows)
+
+
+def _outcome_lines(title: str, outcomes: Sequence[Outcome]) -> list[str]:
+    if not outcomes:
+        return []
+    lines = [title]
+    for o in outcomes:
+        detail = f": {o.error}" if o.error else ""
+        lines.append(f"  {o.key}: {_cell(o.old)} -> {_cell(o.new)} [{o.result}]{detail}")
+    return lines
+
+
+def _override_lines(overrides: Sequence[Assignment]) -> list[str]:
+    winners = [a for a in overrides if a.wins and not a.same_value]
+    others = [a for a in overrides if not (a.wins and not a.same_value)]
+    lines = []
+    if winners:
+        lines.append("WARNING: these assignments override mcpnode's at boot (applied later):")
+        lines += [f"  {a.file}:{a.line}: {a.written} = {a.value} ({a.note})" for a in winners]
+    if others:
+        lines.append("other assignments of the same keys (no effect on the outcome):")
+        for a in others:
+            why = "same value" if a.same_value else "overridden by 90-mcpnode.conf"
+            lines.append(f"  {a.file}:{a.line}: {a.written} = {a.value} ({why}; {a.note})")
+    return lines
+
+
+def apply_text(result: ApplyResult) -> str:
+    counts = result.plan.counts()
+    head = "plan" if result.dry_run else "applied"
+    summary = ", ".join(f"{n} {a}" for a, n in counts.items() if n)
+    lines = [f"{head}: profile {result.profile} ({summary or 'empty'})"]
+    lines += _outcome_lines("recovered an interrupted run first:", result.recovered)
+    out = "\n".join(lines) + "\n" + plan_table(result.plan.items)
+    extra: list[str] = []
+    if result.restores:
+        extra.append("journaled keys this profile no longer sets:")
+        extra.append(plan_table(result.restores).rstrip("\n"))
+    extra += _outcome_lines("modules:", result.loads)
+    if not result.dry_run:
+        extra.append(f"{len(result.writes)} write(s); journal: {result.journal}")
+    if result.persist is not None:
+        verb = "wrote" if result.persist.written else "would write"
+        extra.append(f"{verb} {result.persist.path}:")
+        extra += ["  " + line for line in result.persist.content.splitlines()]
+        extra += _override_lines(result.persist.overrides)
+    extra += [f"note: {n}" for n in result.notes]
+    return out + ("\n".join(extra) + "\n" if extra else "")
+
+
+def _item_json(i: PlanItem) -> dict[str, Any]:
+    return {
+        "key": i.key,
+        "path": i.path or None,
+        "rule": i.rule,
+        "current": i.current,
+        "desired": i.desired,
+        "action": i.action,
+        "reason": i.reason,
+        "source": i.source or None,
+    }
+
+
+def _outcome_json(o: Outcome) -> dict[str, Any]:
+    return {
+        "key": o.key,
+        "path": o.path or None,
+        "old": o.old,
+        "new": o.new,
+        "result": o.result,
+        "error": o.error,
+    }
+
+
+def apply_json(result: ApplyResult) -> str:
+    persist = None
+    if result.persist is not None:
+        persist = {
+            "path": result.persist.path,
+            "written": result.persist.written,
+            "content": result.persist.content,
+            "overrides": [asdict(a) for a in result.persist.overrides],
+        }
+    doc = {
+        "schema": APPLY_SCHEMA,
+        "profile": result.profile,
+        "dry_run": result.dry_run,
+        "counts": result.plan.counts(),
+        "items": [_item_json(i) for i in result.plan.items],
+        "restores": [_item_json(i) for i in result.restores],
+        "recovered": [_outcome_json(o) for o in result.recovered],
+        "loads": [_outcome_json(o) for o in result.loads],
+        "writes": [_outcome_json(o) for o in result.writes],
+        "persist": persist,
+        "journal": result.journal,
+        "notes": list(result.notes),
+    }
+    return json.dumps(doc, indent=2)
+
+
+def verify_text(report: VerifyReport) -> str:
+    n = len(report.plan.items)
+    if report.ok:
+        lines = [f"verify: profile {report.profile}: no drift ({n} items)"]
+    else:
+        lines = [f"verify: profile {report.profile}: {len(report.drift)} of {n} items drifted"]
+        rows = [(d.key, _cell(d.expected), _cell(d.actual), d.reason) for d in report.drift]
+        lines.append(table(("KEY", "EXPECTED", "ACTUAL", "REASON"), rows).rstrip("\n"))
+    for item in report.unsupported:
+        lines.append(f"not on this kernel: {item.key} ({item.reason})")
+    for item in report.unverified:
+        lines.append(f"not verified: {item.key} ({item.action}: {item.reason})")
+    return "\n".join(lines) + "\n"
+
+
+def verify_json(report: VerifyReport) -> str:
+    doc = {
+        "schema": VERIFY_SCHEMA,
+        "profile": report.profile,
+        "ok": report.ok,
+        "drift": [asdict(d) for d in report.drift],
+        "unsupported": [_item_json(i) for i in report.unsupported],
+        "unverified": [_item_json(i) for i in report.unverified],
+        "items": [_item_json(i) for i in report.plan.items],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def rollback_text(result: RollbackResult) -> str:
+    if result.profile is None:
+        return f"nothing to roll back: no journal at {result.journal}\n"
+    lines = [f"rolled back profile {result.profile} (journal {result.journal} removed)"]
+    lines += _outcome_lines("restored, in reverse order:", result.outcomes)
+    return "\n".join(lines) + "\n"
+
+
+def rollback_json(result: RollbackResult) -> str:
+    doc = {
+        "schema": ROLLBACK_SCHEMA,
+        "profile": result.profile,
+        "journal": result.journal,
+        "outcomes": [_outcome_json(o) for o in result.outcomes],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def profiles_text(rows: Sequence[ProfileInfo]) -> str:
+    if not rows:
+        return "no profiles found\n"
+    body = []
+    for r in rows:
+        origin = r.origin + (" (overrides system)" if r.shadows else "")
+        about = f"INVALID: {r.error}" if r.error else r.summary
+        inc = ", ".join(r.includes) or "-"
+        body.append((r.name, origin, inc, about))
+    return table(("NAME", "ORIGIN", "INCLUDES", "SUMMARY"), body)
+
+
+def profiles_json(rows: Sequence[ProfileInfo]) -> str:
+    return json.dumps({"schema": PROFILES_SCHEMA, "profiles": [asdict(r) for r in rows]}, indent=2)
+
+
+def profile_text(profile: Profile) -> str:
+    lines = [
+        f"profile {profile.name}: {profile.summary}",
+        f"file: {profile.file}",
+        f"merged: {' -> '.join(profile.chain)}",
+    ]
+    if profile.modules:
+        lines.append(f"modules: {', '.join(profile.modules)}")
+    lines.append("")
+    for s in profile.settings:
+        origin = "" if s.source == profile.file else f"    (from {s.source})"
+        lines.append(f"{s.key} = {describe(s.desired)}{origin}")
+        lines += [f"    # {c}" for c in s.comment.splitlines() if c]
+    return "\n".join(lines) + "\n"
+
+
+def profile_json(profile: Profile) -> str:
+    doc = {
+        "schema": PROFILES_SCHEMA,
+        "name": profile.name,
+        "summary": profile.summary,
+        "file": profile.file,
+        "chain": list(profile.chain),
+        "modules": list(profile.modules),
+        "settings": [
+            {"key": s.key, "rule": describe(s.desired), "source": s.source, "comment": s.comment}
+            for s in profile.settings
+        ],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def explain_text(e: Explanation) -> str:
+    lines = [e.key + (f"  ({e.path})" if e.path else "")]
+    if e.current is not None:
+        lines.append(f"  current: {' '.join(e.current.split())}")
+    elif e.current_note:
+        lines.append(f"  current: {e.current_note}")
+    if e.default:
+        lines.append(f"  kernel default: {e.default}")
+    if e.note:
+        lines.append(f"  why: {e.note}")
+    if e.set_by:
+        for s in e.set_by:
+            lines.append(f"  {s.rule}  in {s.file}, used by: {', '.join(s.profiles)}")
+            lines += [f"      # {c}" for c in s.comment.splitlines() if c]
+    else:
+        lines.append("  set by no profile")
+    if e.netns:
+        lines.append(f"  network namespaces: {e.netns}")
+    lines.append(f"  privilege: {e.privilege}")
+    return "\n".join(lines) + "\n"
+
+
+def explain_json(e: Explanation) -> str:
+    return json.dumps({"schema": PROFILES_SCHEMA, "explain": asdict(e)}, indent=2)

@@ -1,0 +1,348 @@
+"""Apply a profile, roll it back, recover from an interrupted run. The effects of tuning.
+
+apply:    recover an interrupted run -> load modules -> (re)plan -> journal the originals
+          (atomically, before the first write) -> write in plan order -> persist -> journal
+          "applied". On the first failed write everything written so far is written back in
+          reverse, and ApplyFailed reports both.
+rollback: journal "rolling-back" -> write every original back in reverse -> restore or remove
+          the persisted file -> remove the journal.
+recover:  what the agent calls at start: undo an interrupted apply or rollback, if any.
+
+A SIGKILL at any point leaves a journal whose state is not "applied" (or no journal, when no
+write had happened yet), and the next apply/rollback/recover restores every original first.
+Every write logs one structlog event with key, old, new and result.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import structlog
+
+from mcpnode.errors import HostError
+from mcpnode.host import Host
+from mcpnode.tuning import paths
+from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
+from mcpnode.tuning.journal import Journal, JournalEntry, JournalStore, PersistRecord
+from mcpnode.tuning.outcome import Outcome, Result
+from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values, render_conf
+from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
+from mcpnode.tuning.privilege import denied_hint
+from mcpnode.tuning.profile import Profile
+from mcpnode.tuning.state import Absent, read_state, read_value
+from mcpnode.tuning.values import Exact, restorable, satisfies
+
+PERSIST_KEY = "persist:" + paths.PERSIST_PATH
+
+
+def logger() -> Any:
+    return structlog.get_logger("mcpnode.tuning")
+
+
+@dataclass(frozen=True)
+class PersistResult:
+    path: str  # as shown (under the root)
+    content: str
+    written: bool
+    overrides: tuple[Assignment, ...]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    profile: str
+    dry_run: bool
+    plan: Plan  # the plan executed (made again after loading modules)
+    restores: tuple[PlanItem, ...]  # journaled keys this profile no longer sets
+    recovered: tuple[Outcome, ...]  # an interrupted earlier run, undone first
+    loads: tuple[Outcome, ...]
+    writes: tuple[Outcome, ...]
+    persist: PersistResult | None
+    journal: str
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    journal: str
+    profile: str | None  # None when there was nothing to roll back
+    outcomes: tuple[Outcome, ...]
+
+
+def _write(
+    host: Host, item_key: str, path: str, old: str | None, new: str, event: str, log: Any
+) -> Outcome:
+    """One value write, logged. Returns the outcome; never raises HostError."""
+    try:
+        host.write_text(path, new + "\n")
+    except HostError as err:
+        result: Result = "restore-failed" if event != "write" else "failed"
+        outcome = Outcome(item_key, path, old, new, result, str(err), err.errno)
+        log.error(event, key=item_key, old=old, new=new, result=result, error=str(err))
+        return outcome
+    written: Result = "restored" if event != "write" else "ok"
+    log.info(event, key=item_key, old=old, new=new, result=written)
+    return Outcome(item_key, path, old, new, written)
+
+
+def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Outcome:
+    reading = read_value(host, entry.path)
+    if isinstance(reading, Absent):
+        log.warning(event, key=entry.key, old=None, new=entry.original, result="gone")
+        return Outcome(entry.key, entry.path, None, entry.original, "gone")
+    if isinstance(reading, str) and satisfies(reading, Exact(entry.original)):
+        return Outcome(entry.key, entry.path, reading, entry.original, "unchanged")
+    old = reading if isinstance(reading, str) else None
+    return _write(host, entry.key, entry.path, old, entry.original, event, log)
+
+
+def _restore_persisted(host: Host, record: PersistRecord, log: Any) -> Outcome:
+    current: str | None
+    try:
+        current = host.read_optional(record.path)
+    except HostError:
+        current = None
+    try:
+        if record.original is None:
+            host.remove(record.path)
+        elif current != record.original:
+            host.write_file_atomic(record.path, record.original.encode("utf-8"), mode=0o644)
+        else:
+            return Outcome(PERSIST_KEY, record.path, current, "original", "unchanged")
+    except HostError as err:
+        log.error(
+            "restore", key=PERSIST_KEY, old="mcpnode", new="original", result="restore-failed"
+        )
+        return Outcome(PERSIST_KEY, record.path, None, "original", "restore-failed", str(err))
+    new = "removed" if record.original is None else "original"
+    log.info(
+        "restore", key=PERSIST_KEY, old="mcpnode" if current else None, new=new, result="restored"
+    )
+    return Outcome(PERSIST_KEY, record.path, None, new, "restored")
+
+
+def _restore_everything(
+    host: Host, store: JournalStore, journal: Journal, log: Any
+) -> tuple[Outcome, ...]:
+    """Write every original back in reverse, restore the persisted file, remove the journal.
+    Raises RollbackIncomplete (journal kept) when any of it fails."""
+    if journal.state != "rolling-back":
+        store.save(journal.with_state("rolling-back"))
+    outcomes = [_restore_entry(host, e, "restore", log) for e in reversed(journal.entries)]
+    if journal.persist is not None:
+        outcomes.append(_restore_persisted(host, journal.persist, log))
+    result = tuple(outcomes)
+    if any(o.failed for o in result):
+        raise RollbackIncomplete(result)
+    store.remove()
+    return result
+
+
+def rollback(host: Host, store: JournalStore, log: Any | None = None) -> RollbackResult:
+    """Restore every original recorded in the journal, then remove the persisted file and the
+    journal. Nothing to do without a journal. Raises JournalError (unreadable journal) or
+    RollbackIncomplete (some originals could not be written; the journal is kept)."""
+    log = log if log is not None else logger()
+    journal = store.load()
+    if journal is None:
+        return RollbackResult(store.shown, None, ())
+    return RollbackResult(
+        store.shown, journal.profile, _restore_everything(host, store, journal, log)
+    )
+
+
+def recover(host: Host, store: JournalStore, log: Any | None = None) -> tuple[Outcome, ...]:
+    """Undo an interrupted apply or rollback (journal state not "applied"). For agent start."""
+    log = log if log is not None else logger()
+    journal = store.load()
+    if journal is None or journal.state == "applied":
+        return ()
+    log.warning("recover", journal=store.shown, state=journal.state, profile=journal.profile)
+    return _restore_everything(host, store, journal, log)
+
+
+def _load_modules(host: Host, items: tuple[PlanItem, ...], log: Any) -> tuple[Outcome, ...]:
+    out = []
+    for item in items:
+        name = item.key.removeprefix("module:")
+        try:
+            host.load_module(name)
+        except HostError as err:
+            log.error(
+                "load",
+                key=item.key,
+                old="not loaded",
+                new=name,
+                result="load-failed",
+                error=str(err),
+            )
+            out.append(Outcome(item.key, "", "not loaded", name, "load-failed", str(err)))
+            continue
+        log.info("load", key=item.key, old="not loaded", new=name, result="loaded")
+        out.append(Outcome(item.key, "", "not loaded", name, "loaded"))
+    return tuple(out)
+
+
+def apply_profile(
+    host: Host,
+    profile: Profile,
+    store: JournalStore,
+    *,
+    persist: bool = False,
+    dry_run: bool = False,
+    log: Any | None = None,
+) -> ApplyResult:
+    """Apply `profile` to `host`, journaling originals in `store` first.
+
+    Raises JournalError before any write when the journal cannot be trusted, ApplyFailed when a
+    write fails (after undoing the earlier ones), RollbackIncomplete when undoing an interrupted
+    earlier run fails, and HostError subclasses for failures outside the writes."""
+    log = log if log is not None else logger()
+    journal = store.load()
+    notes: list[str] = []
+    recovered: tuple[Outcome, ...] = ()
+    if journal is not None and journal.state != "applied":
+        if dry_run:
+            notes.append(
+                f"an interrupted run ({journal.state}) will be undone first: {store.shown}"
+            )
+        else:
+            log.warning(
+                "recover", journal=store.shown, state=journal.state, profile=journal.profile
+            )
+            recovered = _restore_everything(host, store, journal, log)
+            journal = None
+    entries = journal.entries if journal is not None else ()
+    extra = [e.path for e in entries]
+
+    state = read_state(host, profile, extra)
+    current = plan(profile, state)
+    loads: tuple[Outcome, ...] = ()
+    if current.loads and not dry_run:
+        loads = _load_modules(host, current.loads, log)
+        state = read_state(host, profile, extra)
+        current = plan(profile, state)
+    restores = plan_restores(tuple((e.key, e.path, e.original) for e in entries), current, state)
+
+    conf: str | None = None
+    persist_result: PersistResult | None = None
+    if persist:
+        conf = render_conf(profile, current)
+        overrides = find_overrides(host, persisted_values(current))
+        persist_result = PersistResult(
+            host.fs_path(paths.PERSIST_PATH), conf, not dry_run, overrides
+        )
+    elif journal is not None and journal.persist is not None:
+        notes.append(
+            f"{paths.PERSIST_PATH} from an earlier --persist is left as it was "
+            "(apply --persist to update it, rollback to remove it)"
+        )
+    if dry_run:
+        return ApplyResult(
+            profile=profile.name,
+            dry_run=True,
+            plan=current,
+            restores=restores,
+            recovered=(),
+            loads=(),
+            writes=(),
+            persist=persist_result,
+            journal=store.shown,
+            notes=tuple(notes),
+        )
+
+    # Journal first: every original this run may overwrite, before the first write.
+    base = journal if journal is not None else Journal("applied", profile.name, ())
+    planned_paths = {i.path for i in current.items if i.path}
+    kept = [e for e in base.entries if e.path in planned_paths]  # the rest are restored now
+    known = {e.path for e in base.entries}
+    added = [
+        JournalEntry(i.key, i.path, restorable(i.current))
+        for i in current.writes
+        if i.path not in known and i.current is not None
+    ]
+    persist_record = base.persist
+    if persist and persist_record is None:
+        persist_record = PersistRecord(paths.PERSIST_PATH, host.read_optional(paths.PERSIST_PATH))
+    modules = base.modules + tuple(
+        o.new for o in loads if o.result == "loaded" and o.new not in base.modules
+    )
+    todo = [*(r for r in restores if r.action == "set"), *current.writes]
+    working: Journal | None = None
+    if todo or persist:
+        # Entries being restored stay in the journal until the run completes.
+        working = Journal(
+            "applying", profile.name, (*base.entries, *added), persist_record, modules
+        )
+        store.save(working)
+
+    done: list[Outcome] = []
+    for item in todo:
+        assert item.desired is not None
+        outcome = _write(host, item.key, item.path, item.current, item.desired, "write", log)
+        if outcome.failed:
+            _fail(host, store, journal, done, outcome, log)
+        done.append(outcome)
+    if persist and conf is not None:
+        try:
+            host.write_file_atomic(paths.PERSIST_PATH, conf.encode("utf-8"), mode=0o644)
+        except HostError as err:
+            failure = Outcome(
+                PERSIST_KEY, paths.PERSIST_PATH, None, profile.name, "failed", str(err), err.errno
+            )
+            log.error("write", key=PERSIST_KEY, old=None, new=profile.name, result="failed")
+            _fail(host, store, journal, done, failure, log)
+        log.info("write", key=PERSIST_KEY, old=None, new=profile.name, result="ok")
+
+    final = Journal("applied", profile.name, (*kept, *added), persist_record, modules)
+    if final.empty:
+        if working is not None or journal is not None:
+            store.remove()
+    elif working is not None or final != journal:
+        store.save(final)
+    restored = sum(1 for r in restores if r.action == "set")
+    if restored:
+        notes.append(f"restored {restored} key(s) the previous profile set and this one does not")
+    return ApplyResult(
+        profile=profile.name,
+        dry_run=False,
+        plan=current,
+        restores=restores,
+        recovered=recovered,
+        loads=loads,
+        writes=tuple(done),
+        persist=persist_result,
+        journal=store.shown,
+        notes=tuple(notes),
+    )
+
+
+def _fail(
+    host: Host,
+    store: JournalStore,
+    before: Journal | None,
+    done: list[Outcome],
+    failure: Outcome,
+    log: Any,
+) -> NoReturn:
+    """Undo `done` in reverse, put the journal back as it was before this run, raise."""
+    undone = []
+    for o in reversed(done):
+        assert o.old is not None
+        undone.append(_write(host, o.key, o.path, o.new, restorable(o.old), "undo", log))
+    complete = not any(u.failed for u in undone)
+    if complete:
+        # The host is as it was before this run: so is the journal. Should this fail (or
+        # the process die here), the "applying" journal makes the next run restore originals.
+        try:
+            if before is None:
+                store.remove()
+            else:
+                store.save(before)
+        except HostError as err:
+            log.error("journal", journal=store.shown, result="failed", error=str(err))
+    hint = None
+    if failure.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
+        hint = denied_hint(failure.key, failure.errno)
+    raise ApplyFailed(failure, tuple(undone), hint)

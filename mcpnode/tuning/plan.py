@@ -1,0 +1,238 @@
+"""The plan: for each key of a profile, what is there, what is wanted, and what to do. Pure.
+
+Actions:
+    set              write `desired` (or load the module)
+    ok               already satisfied, nothing to write
+    unsupported      the key is not on this kernel (or nothing acceptable is available)
+    needs-privilege  this process lacks the uid/capability to write it (or to read it)
+    skipped          left alone on purpose (module loading on a recorded root, THP set on the
+                     kernel command line, a value that cannot be read for another reason)
+
+`apply --dry-run` renders this; `apply` executes the `set` items in order; `verify` re-plans and
+reports every item that is not satisfied as drift. Apply and verify cannot disagree: both call
+`plan()` and through it `values.compare()`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from mcpnode.tuning import paths, privilege
+from mcpnode.tuning.profile import Profile, Setting
+from mcpnode.tuning.state import Absent, HostState, Reading, Unreadable
+from mcpnode.tuning.values import (
+    Choice,
+    Exact,
+    Prefer,
+    compare,
+    describe,
+    resolve,
+    target,
+)
+
+Action = Literal["set", "ok", "unsupported", "needs-privilege", "skipped"]
+ACTIONS: tuple[Action, ...] = ("set", "ok", "unsupported", "needs-privilege", "skipped")
+
+_THP_ON_CMDLINE = re.compile(r"(?:^|\s)transparent_hugepage=(\S+)")
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One key. `current` is the kernel's text (None when absent or unreadable); `desired` the
+    exact text that is (or would be) written; `rule` the profile's rule (`>= 1048576`)."""
+
+    key: str
+    path: str  # logical path; "" for a module
+    rule: str
+    current: str | None
+    desired: str | None
+    action: Action
+    reason: str
+    source: str  # profile file that set it ("" for journal restores)
+
+    @property
+    def is_module(self) -> bool:
+        return self.key.startswith("module:")
+
+    @property
+    def satisfied(self) -> bool:
+        return self.action == "ok"
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    items: tuple[PlanItem, ...]
+
+    @property
+    def loads(self) -> tuple[PlanItem, ...]:
+        """Modules to load, first (apply re-plans after loading them)."""
+        return tuple(i for i in self.items if i.is_module and i.action == "set")
+
+    @property
+    def writes(self) -> tuple[PlanItem, ...]:
+        """File writes, in plan order."""
+        return tuple(i for i in self.items if not i.is_module and i.action == "set")
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = dict.fromkeys(ACTIONS, 0)
+        for item in self.items:
+            out[item.action] += 1
+        return out
+
+
+def _current(reading: Reading | None) -> str | None:
+    return reading if isinstance(reading, str) else None
+
+
+def _unusable(
+    key: str, path: str, rule: str, reading: Reading | None, source: str
+) -> PlanItem | None:
+    """The item for a key whose current value cannot be compared, or None when it can."""
+    if reading is None or isinstance(reading, Absent):
+        why = reading.reason if reading is not None else f"{path} was not read"
+        return PlanItem(key, path, rule, None, None, "unsupported", why, source)
+    if isinstance(reading, Unreadable):
+        # Never write a value whose original could not be saved (tuned skips these too).
+        action: Action = "needs-privilege" if reading.denied else "skipped"
+        return PlanItem(key, path, rule, None, None, action, reading.reason, source)
+    return None
+
+
+def _can_load(module: str, state: HostState) -> bool:
+    return (
+        state.live
+        and state.modules is not None
+        and module not in state.modules
+        and privilege.missing(f"module:{module}", state.privileges) is None
+    )
+
+
+def _module_item(module: str, why: str, state: HostState) -> PlanItem:
+    key = f"module:{module}"
+    loaded = state.modules is not None and module in state.modules
+    current = "loaded" if loaded else "not loaded"
+    if loaded:
+        return PlanItem(key, "", "loaded", current, "loaded", "ok", "already loaded", "")
+    if not state.live:
+        reason = "loading modules needs the live host (--root /)"
+        return PlanItem(key, "", "loaded", current, "loaded", "skipped", reason, "")
+    if state.modules is None:
+        reason = "no /proc/modules: this kernel cannot load modules (built in or absent)"
+        return PlanItem(key, "", "loaded", None, "loaded", "unsupported", reason, "")
+    lacking = privilege.missing(key, state.privileges)
+    if lacking is not None:
+        return PlanItem(key, "", "loaded", current, "loaded", "needs-privilege", lacking, "")
+    return PlanItem(key, "", "loaded", current, "loaded", "set", why, "")
+
+
+def _setting_item(key: str, path: str, setting: Setting, state: HostState) -> PlanItem:
+    rule = describe(setting.desired)
+    reading = state.readings.get(path)
+    unusable = _unusable(key, path, rule, reading, setting.source)
+    if unusable is not None:
+        return unusable
+    assert isinstance(reading, str)
+    desired = setting.desired
+    available = state.available.get(path)
+    if isinstance(desired, Prefer):
+        loadable = any(_can_load(m, state) for m in desired.load)
+        choice: Choice = resolve(desired, available, can_load=loadable)
+        if choice.value is None:
+            return PlanItem(
+                key, path, rule, reading, None, "unsupported", choice.reason, setting.source
+            )
+        verdict = compare(reading, Exact(choice.value))
+        write = choice.value
+        reason = f"{verdict.reason} ({choice.reason})"
+    else:
+        verdict = compare(reading, desired)
+        write = target(reading, desired)
+        reason = verdict.reason
+    if verdict.ok:
+        return PlanItem(key, path, rule, reading, write, "ok", reason, setting.source)
+    if key == paths.THP_KEY:
+        skip = _thp_problem(write, available, state.cmdline)
+        if skip is not None:
+            action, why = skip
+            return PlanItem(key, path, rule, reading, write, action, why, setting.source)
+    lacking = privilege.missing(key, state.privileges)
+    if lacking is not None:
+        return PlanItem(key, path, rule, reading, write, "needs-privilege", lacking, setting.source)
+    return PlanItem(key, path, rule, reading, write, "set", reason, setting.source)
+
+
+def _thp_problem(
+    want: str, available: frozenset[str] | None, cmdline: str | None
+) -> tuple[Action, str] | None:
+    # tuned's plugin_vm skips THP when the kernel command line sets it: the boot choice wins.
+    m = _THP_ON_CMDLINE.search(cmdline or "")
+    if m:
+        return "skipped", f"kernel command line sets transparent_hugepage={m.group(1)}"
+    if available is not None and want not in available:
+        return "unsupported", f"{want} is not offered ({' '.join(sorted(available))})"
+    return None
+
+
+def _governor_items(setting: Setting, state: HostState) -> list[PlanItem]:
+    if not state.policies:
+        rule = describe(setting.desired)
+        why = f"no cpufreq policies under {paths.CPUFREQ_DIR} (no cpufreq driver; common in VMs)"
+        return [PlanItem(setting.key, "", rule, None, None, "unsupported", why, setting.source)]
+    return [
+        _setting_item(f"{setting.key}:{policy}", paths.governor_path(policy), setting, state)
+        for policy in state.policies
+    ]
+
+
+def plan(profile: Profile, state: HostState) -> Plan:
+    """Decide, for every setting of `profile`, what to do on a host in `state`.
+
+    Module loads come first (explicit `[modules] load`, then modules a preference list needs
+    because no preferred value is available yet); settings follow in profile order."""
+    settings: list[PlanItem] = []
+    needed: dict[str, str] = {m: "[modules] load" for m in profile.modules}
+    for setting in profile.settings:
+        if setting.key == paths.GOVERNOR_KEY:
+            settings.extend(_governor_items(setting, state))
+            continue
+        path = paths.path_of(setting.key)
+        assert path is not None
+        item = _setting_item(setting.key, path, setting, state)
+        settings.append(item)
+        desired = setting.desired
+        available = state.available.get(path)
+        if (
+            isinstance(desired, Prefer)
+            and available is not None
+            and item.current is not None
+            and not any(v in available for v in desired.prefer)
+        ):
+            for module in desired.load:
+                needed.setdefault(module, f"provides {desired.prefer[0]} for {setting.key}")
+    modules = [_module_item(m, why, state) for m, why in needed.items()]
+    return Plan(profile.name, (*modules, *settings))
+
+
+def plan_restores(
+    entries: tuple[tuple[str, str, str], ...], current: Plan, state: HostState
+) -> tuple[PlanItem, ...]:
+    """Journal entries (key, path, original) the profile in `current` no longer sets: write the
+    original back (a profile switch must not leave the old profile's values behind)."""
+    planned = {i.path for i in current.items if i.path}
+    out = []
+    for key, path, original in entries:
+        if path in planned:
+            continue
+        reading = state.readings.get(path)
+        if not isinstance(reading, str):
+            continue  # gone: nothing to restore; the entry is dropped from the journal
+        verdict = compare(reading, Exact(original))
+        action: Action = "ok" if verdict.ok else "set"
+        why = "no longer in the profile: " + (
+            "original already" if verdict.ok else "restore original"
+        )
+        out.append(PlanItem(key, path, "original", reading, original, action, why, ""))
+    return tuple(out)

@@ -1,0 +1,166 @@
+"""Read, through Host, everything a plan is decided on. The only I/O before a tuning decision.
+
+Values are kept as the kernel's text (trailing newline removed). A file that is not there is
+`Absent` (the key does not exist on this kernel); one that cannot be read is `Unreadable`
+(EACCES: `net.core.bpf_jit_harden` needs CAP_SYS_ADMIN even to read). Neither is ever an
+empty string or a zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mcpnode.errors import AccessDenied, HostError, PathNotFound
+from mcpnode.host import Host
+from mcpnode.tuning import paths
+from mcpnode.tuning.privilege import Privileges
+from mcpnode.tuning.profile import Profile
+from mcpnode.tuning.values import Prefer
+
+
+@dataclass(frozen=True)
+class Absent:
+    """The file does not exist: the key is not on this kernel (or the device is gone)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """The file exists but could not be read. `denied` for EACCES/EPERM."""
+
+    reason: str
+    denied: bool
+
+
+Reading = str | Absent | Unreadable
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What the plan needs to know about the host.
+
+    readings:  logical path -> Reading, for every path a setting (or a journal entry) names
+    available: logical path -> values the kernel offers for it (tcp congestion controls, THP
+               modes, cpufreq governors); None where the kernel gives no list
+    modules:   loaded modules (/proc/modules) plus requested ones present in /sys/module
+               (built-in); None when /proc/modules is absent (no loadable module support)
+    policies:  cpufreq policy directory names; None when there is no cpufreq at all (VMs)
+    live:      the root is this machine, so modules can be loaded
+    """
+
+    readings: Mapping[str, Reading]
+    available: Mapping[str, frozenset[str] | None]
+    modules: frozenset[str] | None
+    privileges: Privileges
+    cmdline: str | None
+    policies: tuple[str, ...] | None
+    live: bool
+
+
+def parse_status(text: str | None) -> Privileges:
+    """Effective uid and CapEff from /proc/self/status text (pure)."""
+    euid: int | None = None
+    cap: int | None = None
+    for line in (text or "").splitlines():
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        try:
+            if name == "Uid" and len(fields) >= 2:
+                euid = int(fields[1])
+            elif name == "CapEff" and fields:
+                cap = int(fields[0], 16)
+        except ValueError:
+            continue
+    return Privileges(euid, cap)
+
+
+def parse_modules(text: str) -> frozenset[str]:
+    """Module names from /proc/modules (`tcp_bbr 20480 2 - Live 0x...`)."""
+    return frozenset(line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip())
+
+
+def read_value(host: Host, path: str) -> Reading:
+    """One file as a Reading; sysctl paths must also resolve strictly under /proc/sys."""
+    try:
+        text = host.read_optional(path)
+    except AccessDenied as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
+    except HostError as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
+    if text is None:
+        return Absent(f"no {path} on this kernel")
+    if path.startswith(paths.SYSCTL_ROOT + "/") and not host.is_live:
+        # A fake root may hold symlinks; a key must not read (or later write) anything that
+        # is not a sysctl. /proc/sys itself has no symlinks, so the live root skips this.
+        try:
+            real = host.realpath(path)
+        except PathNotFound:
+            return Absent(f"no {path} on this kernel")
+        except HostError as err:
+            return Unreadable(f"cannot resolve {path}: {err.detail}", denied=False)
+        if not paths.is_sysctl_path(real):
+            return Unreadable(f"{path} resolves to {real}, outside /proc/sys", denied=False)
+    return text.rstrip("\n")
+
+
+def _optional(host: Host, path: str) -> str | None:
+    value = read_value(host, path)
+    return value if isinstance(value, str) else None
+
+
+def _tokens(text: str | None) -> frozenset[str] | None:
+    if text is None:
+        return None
+    return frozenset(t.strip("[]") for t in text.split())
+
+
+def read_state(host: Host, profile: Profile, extra_paths: Iterable[str] = ()) -> HostState:
+    """Read what planning `profile` needs, plus `extra_paths` (journal entries to restore)."""
+    readings: dict[str, Reading] = {}
+    available: dict[str, frozenset[str] | None] = {}
+    wanted_modules = set(profile.modules)
+    policies: tuple[str, ...] | None = None
+    cmdline: str | None = None
+
+    for setting in profile.settings:
+        if setting.key == paths.GOVERNOR_KEY:
+            names = host.listdir_optional(paths.CPUFREQ_DIR)
+            policies = tuple(n for n in names or () if paths.is_policy(n)) if names else None
+            for policy in policies or ():
+                gov = paths.governor_path(policy)
+                readings[gov] = read_value(host, gov)
+                available[gov] = _tokens(_optional(host, paths.governors_available_path(policy)))
+            continue
+        path = paths.path_of(setting.key)
+        assert path is not None  # profile.py only builds settings with valid keys
+        readings[path] = read_value(host, path)
+        if setting.key == paths.THP_KEY:
+            cmdline = _optional(host, paths.PROC_CMDLINE)
+            current = readings[path]
+            available[path] = _tokens(current) if isinstance(current, str) else None
+        elif isinstance(setting.desired, Prefer):
+            listed = paths.sysctl_path(paths.AVAILABLE_FROM[setting.key])
+            available[path] = _tokens(_optional(host, listed))
+            wanted_modules.update(setting.desired.load)
+
+    for path in extra_paths:
+        if path not in readings:
+            readings[path] = read_value(host, path)
+
+    modules: frozenset[str] | None = None
+    proc_modules = _optional(host, paths.PROC_MODULES)
+    if proc_modules is not None:
+        builtin = {m for m in wanted_modules if host.exists(f"{paths.SYS_MODULE}/{m}")}
+        modules = parse_modules(proc_modules) | builtin
+
+    return HostState(
+        readings=readings,
+        available=available,
+        modules=modules,
+        privileges=parse_status(_optional(host, paths.PROC_STATUS)),
+        cmdline=cmdline,
+        policies=policies,
+        live=host.is_live,
+    )

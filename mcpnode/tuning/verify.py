@@ -1,0 +1,60 @@
+"""Verify: re-read the host, re-plan, and report every key that does not match the profile.
+
+It is the same `plan()` apply executes, so verify cannot drift from apply: a key is in drift
+exactly when apply would write it (or would, given the privilege). Keys the kernel lacks and
+keys that cannot be read are listed apart: they are not drift, and not passes either (tuned
+counts a missing sysctl as passed; mcpnode says so instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mcpnode.host import Host
+from mcpnode.tuning.plan import Plan, PlanItem, plan
+from mcpnode.tuning.profile import Profile
+from mcpnode.tuning.state import read_state
+
+
+@dataclass(frozen=True)
+class Drift:
+    key: str
+    expected: str  # the profile's rule (`>= 1048576`, `bbr > cubic`, `65535`)
+    wanted: str | None  # the value apply would write
+    actual: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    profile: str
+    plan: Plan
+    drift: tuple[Drift, ...]
+    unsupported: tuple[PlanItem, ...]  # not on this kernel
+    unverified: tuple[PlanItem, ...]  # unreadable, or skipped on purpose
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift
+
+
+def drift_of(p: Plan) -> VerifyReport:
+    """Classify a plan's items (pure)."""
+    drift = []
+    unsupported = []
+    unverified = []
+    for item in p.items:
+        if item.action == "ok":
+            continue
+        if item.action == "unsupported":
+            unsupported.append(item)
+        elif item.action == "set" or (item.action == "needs-privilege" and item.current):
+            drift.append(Drift(item.key, item.rule, item.desired, item.current, item.reason))
+        else:
+            unverified.append(item)
+    return VerifyReport(p.profile, p, tuple(drift), tuple(unsupported), tuple(unverified))
+
+
+def verify(host: Host, profile: Profile) -> VerifyReport:
+    """Read the host and report drift from `profile`. Only reads."""
+    return drift_of(plan(profile, read_state(host, profile)))
