@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import json
 import os
 import re
 import secrets
@@ -41,7 +42,7 @@ import subprocess
 import tempfile
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -95,6 +96,29 @@ class Recording:
     files: dict[str, bytes]
     links: dict[str, str]  # symlink path -> target as stored
     dirs: set[str]
+    commands: dict[str, dict[str, object]] = field(default_factory=dict)  # argv joined by " "
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A version command's answer. `found` is False when the program is not installed (or, on a
+    recorded root, when the snapshot holds no answer: `reason` says which)."""
+
+    argv: tuple[str, ...]
+    found: bool
+    returncode: int | None
+    stdout: str
+    stderr: str
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "found": self.found,
+            "returncode": self.returncode,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "reason": self.reason,
+        }
 
 
 class Entry(NamedTuple):
@@ -150,6 +174,7 @@ class Host:
         self._cache: dict[str, str] | None = None
         self._oneshot_depth = 0
         self._recording: Recording | None = None
+        self._commands: dict[str, dict[str, object]] | None = None
         if given.is_file():
             from mcpnode import host_tar  # tarfile and the compressors, only for tarball roots
 
@@ -640,6 +665,77 @@ class Host:
         finally:
             os.close(fd)
 
+    def command(self, argv: tuple[str, ...], timeout_s: float = 10.0) -> CommandResult:
+        """Run a read-only version/status command (`nvidia-ctk --version`) on the live host, or
+        replay its recorded answer from a snapshot's `commands`. Never raises for a missing
+        program or a non-zero exit: those are facts for the caller (the audit).
+
+        Programs are looked up on PATH plus the sbin directories (services run with a short
+        PATH); no shell is involved.
+        """
+        key = " ".join(argv)
+        if not self.is_live:
+            recorded = self._recorded_commands().get(key)
+            if recorded is None:
+                return CommandResult(argv, False, None, "", "", "not recorded in this snapshot")
+            return CommandResult(
+                argv,
+                bool(recorded.get("found")),
+                _opt_int(recorded.get("returncode")),
+                str(recorded.get("stdout") or ""),
+                str(recorded.get("stderr") or ""),
+                None if recorded.get("reason") is None else str(recorded.get("reason")),
+            )
+        path = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
+        exe = shutil.which(argv[0], path=path)
+        if exe is None:
+            result = CommandResult(argv, False, None, "", "", f"{argv[0]} not found on PATH")
+        else:
+            try:
+                proc = subprocess.run(
+                    [exe, *argv[1:]],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                    check=False,
+                    stdin=subprocess.DEVNULL,
+                )
+                result = CommandResult(argv, True, proc.returncode, proc.stdout, proc.stderr)
+            except (OSError, subprocess.TimeoutExpired) as err:
+                result = CommandResult(argv, True, None, "", "", f"{argv[0]}: {err}")
+        if self._recording is not None:
+            self._recording.commands[key] = result.to_json()
+        return result
+
+    def _recorded_commands(self) -> dict[str, dict[str, object]]:
+        if self._commands is None:
+            meta = self._snapshot_meta()
+            commands = meta.get("commands")
+            self._commands = (
+                {str(k): v for k, v in commands.items() if isinstance(v, dict)}
+                if isinstance(commands, dict)
+                else {}
+            )
+        return self._commands
+
+    def _snapshot_meta(self) -> dict[str, object]:
+        """The root's `mcpnode-snapshot.json`, or {} when absent or unreadable (an unreadable
+        snapshot answers "not recorded" for everything it would hold)."""
+        try:
+            text = self.read_optional("/mcpnode-snapshot.json")
+            meta = json.loads(text) if text else {}
+        except (HostError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
+
+    def effective_uid(self) -> int | None:
+        """The effective uid the machine was read with: this process's on the live host, the
+        one a snapshot recorded (`euid`) on a recorded root, None when a root does not say (a
+        plain sysfs dump: treat as privileged, nothing there was refused)."""
+        if self.is_live:
+            return os.geteuid()
+        return _opt_int(self._snapshot_meta().get("euid"))
+
     def load_module(self, name: str) -> None:
         """`modprobe -q -- NAME` on the live machine (needs CAP_SYS_MODULE).
 
@@ -669,3 +765,7 @@ class Host:
             detail = proc.stderr.strip() or f"modprobe exited {proc.returncode}"
             raise CommandFailed(f"module:{name}", None, detail)
         _count_write()
+
+
+def _opt_int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None

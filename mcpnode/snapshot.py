@@ -57,7 +57,10 @@ def capture(host: Host) -> tuple[Topology, Recording, RecordingNvml]:
 
 
 def metadata(
-    topo: Topology, nvml: RecordingNvml | None = None, now: datetime | None = None
+    topo: Topology,
+    nvml: RecordingNvml | None = None,
+    now: datetime | None = None,
+    rec: Recording | None = None,
 ) -> dict[str, Any]:
     when = now or datetime.now(timezone.utc)
     body = json.dumps(topology_json(topo), sort_keys=True).encode()
@@ -71,7 +74,8 @@ def metadata(
         "topology_sha256": hashlib.sha256(body).hexdigest(),
         # Every NVML answer the live backend gave, errors included, replayed by RecordedNvml.
         "nvml": None if nvml is None else {"calls": nvml.to_json()},
-        "commands": {},  # outputs of version commands (nvidia-ctk --version, ...)
+        # Outputs of version commands (nvidia-ctk --version, ...) run through Host.command.
+        "commands": {} if rec is None else dict(sorted(rec.commands.items())),
     }
 
 
@@ -79,7 +83,7 @@ def write_snapshot(host: Host, out: Path) -> SnapshotResult:
     """Discover through `host` while recording, then write the tarball atomically (temp file in
     the destination directory, fsync, rename): a reader never sees a half-written snapshot."""
     topo, rec, nvml = capture(host)
-    meta = metadata(topo, nvml)
+    meta = metadata(topo, nvml, rec=rec)
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path())
     try:
