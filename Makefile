@@ -23,9 +23,16 @@ $(STAMP_DEV): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@ $(STAMP_RUN)
 
-## make run: set up .venv and run the main job on this host (read-only discovery for now).
+## make run: set up .venv, audit this host, then show its topology (both read-only).
+## The audit's exit 1 (something FAILed) is its result, not a failure of `make run`: topo still
+## runs and make succeeds. Exit 2 (the audit could not run) makes `make run` fail, after topo.
+## AUDIT_ARGS go to the audit (--format json, --only 'gpu.*'), RUN_ARGS to topo (--tree).
+AUDIT_ARGS ?=
 run: $(STAMP_RUN)
-	$(VENV)/bin/mcpnode topo $(RUN_ARGS)
+	@$(VENV)/bin/mcpnode audit $(AUDIT_ARGS); rc=$$?; \
+	echo; $(VENV)/bin/mcpnode topo $(RUN_ARGS) || exit $$?; \
+	if [ $$rc -ge 2 ]; then echo "make run: mcpnode audit could not run (exit $$rc)" >&2; exit $$rc; fi; \
+	if [ $$rc -eq 1 ]; then echo "make run: the audit found failures (exit 1): see its Remedies above"; fi
 
 ## make test: set up .venv with dev extras, then ruff, mypy and the whole pytest suite.
 test: $(STAMP_DEV) lint typecheck pytest

@@ -12,6 +12,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
    the fixture hosts that carry recorded NVML answers (`mcpnode-snapshot.json`).
 6. Tuning: plan + verify of a 60-key profile in process against a temporary root
    (bench/bench_tuning.py; target < 10 ms).
+7. Audit: whole-process `mcpnode audit` on this machine (live, `--root /`), text and JSON,
+   against the `mcpnode --help` start-up it includes (target < 0.5 s), plus the same over the
+   HGX H100 fixture (8 GPUs with recorded NVML) for a GPU host's cost.
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -257,6 +260,38 @@ def time_nvml_replay(
     }
 
 
+def bench_audit() -> dict[str, object]:
+    print("\n== Audit: whole process, `mcpnode audit` (exit 0 or 1 both count as a run)")
+
+    def run(argv: list[str]) -> Callable[[], float]:
+        def timed() -> float:
+            t0 = time.perf_counter()
+            proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            elapsed = time.perf_counter() - t0
+            if proc.returncode not in (0, 1):
+                raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}")
+            return elapsed
+
+        return timed
+
+    cases: dict[str, Callable[[], float]] = {
+        "mcpnode --help": run([*MCPNODE, "--help"]),
+        "mcpnode audit (this host)": run([*MCPNODE, "audit"]),
+        "mcpnode audit --format json (this host)": run([*MCPNODE, "audit", "--format", "json"]),
+    }
+    hgx = FIXTURE_HOSTS / "hgx-h100-8gpu-8nic"
+    if hgx.is_dir():
+        cases["mcpnode audit --root hgx-h100 (8 GPUs)"] = run(
+            [*MCPNODE, "audit", "--root", str(hgx)]
+        )
+    t = alternate(cases)
+    for k, v in t.items():
+        print(f"   {k:42s} {ms(v)}")
+    live = t["mcpnode audit (this host)"]
+    print(f"   mcpnode audit on this host target < 500 ms: {'met' if live < 0.5 else 'MISSED'}")
+    return {k: v for k, v in t.items()}
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mcpnode-bench-") as tmp_name:
@@ -273,6 +308,7 @@ def main() -> None:
             "scaling": bench_scaling(tmp / "synthetic"),
             "nvml_replay": bench_nvml_replay(),
             "tuning": bench_tuning(),
+            "audit": bench_audit(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

@@ -678,7 +678,7 @@ class Host:
             recorded = self._recorded_commands().get(key)
             if recorded is None:
                 return CommandResult(argv, False, None, "", "", "not recorded in this snapshot")
-            return CommandResult(
+            replayed = CommandResult(
                 argv,
                 bool(recorded.get("found")),
                 _opt_int(recorded.get("returncode")),
@@ -686,6 +686,10 @@ class Host:
                 str(recorded.get("stderr") or ""),
                 None if recorded.get("reason") is None else str(recorded.get("reason")),
             )
+            if self._recording is not None:
+                # A snapshot of a snapshot keeps the answers it replayed.
+                self._recording.commands[key] = replayed.to_json()
+            return replayed
         path = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
         exe = shutil.which(argv[0], path=path)
         if exe is None:

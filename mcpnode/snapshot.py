@@ -1,9 +1,10 @@
 """`mcpnode snapshot`: capture exactly what discovery reads, so a replay sees the same machine.
 
 The Host records every file read (with the bytes read), every symlink crossed and every
-directory listed while discovery runs; the tarball holds those and nothing else, symlinks kept
-as symlinks (with their original, possibly relative targets), plus `mcpnode-snapshot.json` for
-what cannot be a file (NVML answers and command outputs are filled by later layers).
+directory listed while discovery and the audit's collectors run; the tarball holds those and
+nothing else, symlinks kept as symlinks (with their original, possibly relative targets), plus
+`mcpnode-snapshot.json` for what cannot be a file: NVML answers, version commands' outputs, the
+effective uid the host was read with.
 
 Known limit: an attribute that failed to read live (EACCES, EIO) is simply absent from the
 snapshot, so the replay reports it as absent rather than as an error.
@@ -46,14 +47,29 @@ class SnapshotResult:
 
 
 def capture(host: Host) -> tuple[Topology, Recording, RecordingNvml]:
-    """Discover while recording every file read and every NVML answer (errors included)."""
+    """Discover while recording every file read and every NVML answer (errors included), then
+    run the audit's collectors inside the same recording, so the snapshot also holds what the
+    audit reads (mount table, modules, sysctl.d, container configs, version commands) and
+    `mcpnode audit --root SNAPSHOT` replays the audit the live host gave."""
     nvml = RecordingNvml(open_backend(host))
     try:
         with host.recording() as rec:
             topo = discover(host, nvml)
+            record_audit(host, topo)
     finally:
         nvml.close()
     return topo, rec, nvml
+
+
+def record_audit(host: Host, topo: Topology) -> None:
+    """Run every audit area over `topo` for what it reads; the report itself is dropped. The
+    audit already turns a failing collector into a finding, so this never raises for one."""
+    from mcpnode.audit.context import build_context
+    from mcpnode.audit.run import AREAS, run_areas
+    from mcpnode.audit.tuning import configured_profile
+
+    ctx = build_context(host, topo, configured_profile(host))
+    run_areas(host, ctx, AREAS)
 
 
 def metadata(
@@ -61,6 +77,7 @@ def metadata(
     nvml: RecordingNvml | None = None,
     now: datetime | None = None,
     rec: Recording | None = None,
+    euid: int | None = None,
 ) -> dict[str, Any]:
     when = now or datetime.now(timezone.utc)
     body = json.dumps(topology_json(topo), sort_keys=True).encode()
@@ -76,6 +93,8 @@ def metadata(
         "nvml": None if nvml is None else {"calls": nvml.to_json()},
         # Outputs of version commands (nvidia-ctk --version, ...) run through Host.command.
         "commands": {} if rec is None else dict(sorted(rec.commands.items())),
+        # Who read the host: an audit replay says SKIP (needs root) where the live one did.
+        "euid": euid,
     }
 
 
@@ -83,7 +102,7 @@ def write_snapshot(host: Host, out: Path) -> SnapshotResult:
     """Discover through `host` while recording, then write the tarball atomically (temp file in
     the destination directory, fsync, rename): a reader never sees a half-written snapshot."""
     topo, rec, nvml = capture(host)
-    meta = metadata(topo, nvml, rec=rec)
+    meta = metadata(topo, nvml, rec=rec, euid=host.effective_uid())
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path())
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 
 # Lower layers first; a module may import only from its own layer or below.
-LAYERS = ["errors", "host_tar", "host", "topology", "tuning", "snapshot", "cli"]
+LAYERS = ["errors", "host_tar", "host", "topology", "tuning", "audit", "snapshot", "cli"]
 ALLOWED_EXTRA = {"__init__": 0, "__main__": len(LAYERS)}
 
 
@@ -70,7 +70,7 @@ def test_only_host_touches_the_machine() -> None:
                 offenders.append(f"{mod}:{i}: {line.strip()}")
     # Logical paths are named in the readers (topology/sysfs.py, tuning/paths.py) and
     # resolved by Host.
-    named_here = ("mcpnode.topology.sysfs:", "mcpnode.tuning.paths:")
+    named_here = ("mcpnode.topology.sysfs:", "mcpnode.tuning.paths:", "mcpnode.audit.paths:")
     offenders = [o for o in offenders if not o.startswith(named_here)]
     assert offenders == []
 

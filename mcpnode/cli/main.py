@@ -293,6 +293,72 @@ def rollback(root: str, state_dir: Path | None, fmt: str) -> None:
         click.echo(render_tuning.rollback_text(result), nl=False)
 
 
+# -- audit ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@root_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "junit"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the report to FILE (atomically) instead of stdout.",
+)
+@click.option("--only", multiple=True, metavar="GLOB", help="Only finding ids matching (repeat).")
+@click.option("--skip", multiple=True, metavar="GLOB", help="Drop finding ids matching (repeat).")
+@click.option("--strict", is_flag=True, help="WARN fails the audit too (exit 1).")
+@click.option(
+    "--profile",
+    "profile_name",
+    default=None,
+    help="Tuning profile to check compliance against (default: the one persisted in "
+    "/etc/sysctl.d/90-mcpnode.conf, else base).",
+)
+@profiles_dir_option
+@click.pass_context
+def audit(
+    ctx: click.Context,
+    root: str,
+    fmt: str,
+    output: Path | None,
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    strict: bool,
+    profile_name: str | None,
+    profiles_dir: Path | None,
+) -> None:
+    """Preflight: cgroups, kernel modules, GPU health, NUMA, tuning, container stack.
+    Exit 0 when nothing FAILed, 1 when something did, 2 when the audit could not run."""
+    from mcpnode.audit.run import run_audit
+    from mcpnode.cli import render_audit
+    from mcpnode.host import Host
+
+    with Host(root) as host:
+        report = run_audit(
+            host,
+            only=only,
+            skip=skip,
+            profile=profile_name,
+            profiles_dir=None if profiles_dir is None else str(profiles_dir),
+        )
+    if output is not None:
+        render_audit.write_atomic(output, render_audit.render(report, fmt, strict=strict))
+        click.echo(render_audit.summary_line(report, strict), err=True)
+    else:
+        color = fmt == "text" and sys.stdout.isatty()
+        click.echo(render_audit.render(report, fmt, color, strict), nl=False, color=color)
+    if render_audit.failed(report, strict):
+        ctx.exit(EXIT_FINDINGS)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps mcpnode's errors to exit codes and one-line messages."""
     try:

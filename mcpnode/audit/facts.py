@@ -1,0 +1,113 @@
+"""Reading helpers for collectors: every read outcome is a fact (text, absent, or denied with
+the reason), so a collector never raises for a missing or unreadable file and a check can say
+SKIP ("needs root") instead of FAIL. Evidence helpers build the `Evidence` rows checks attach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.errors import AccessDenied, HostError
+from mcpnode.host import CommandResult, Host
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One file as a collector read it. Exactly one of: `text` (read), `missing` (ENOENT,
+    ENODEV, EINVAL), `denied` (EACCES/EPERM), or `error` (anything else, with the detail)."""
+
+    path: str  # logical path (`/etc/docker/daemon.json`)
+    text: str | None
+    denied: bool = False
+    error: str | None = None  # the HostError's detail for denied or other failures
+
+    @property
+    def missing(self) -> bool:
+        return self.text is None and not self.denied and self.error is None
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+def read_file(host: Host, path: str) -> FileRead:
+    """Read `path` through Host, never raising: absence, EACCES and other errors are facts."""
+    try:
+        text = host.read_optional(path)
+    except AccessDenied as err:
+        return FileRead(path, None, denied=True, error=err.detail)
+    except HostError as err:
+        return FileRead(path, None, error=err.detail)
+    return FileRead(path, text)
+
+
+def list_dir(host: Host, path: str) -> tuple[str, ...] | None:
+    """Names in a directory (sorted), or None when it is absent or unreadable."""
+    try:
+        names = host.listdir_optional(path)
+    except HostError:
+        return None
+    return None if names is None else tuple(names)
+
+
+def file_evidence(read: FileRead, value: str | None = None) -> Evidence:
+    """Evidence for a file: the value given, else what the read found (first line, clipped)."""
+    if value is not None:
+        return Evidence(read.path, value)
+    if read.text is not None:
+        return Evidence(
+            read.path, clip(read.text.strip().splitlines()[0] if read.text.strip() else "")
+        )
+    if read.denied:
+        return Evidence(read.path, f"unreadable: {read.error or 'permission denied'}")
+    if read.error is not None:
+        return Evidence(read.path, f"unreadable: {read.error}")
+    return Evidence(read.path, "absent")
+
+
+def command_evidence(result: CommandResult, value: str | None = None) -> Evidence:
+    """Evidence for a command: the argv as the source; the value given, else its output."""
+    source = " ".join(result.argv)
+    if value is not None:
+        return Evidence(source, value)
+    if not result.found:
+        return Evidence(source, f"not found ({result.reason})" if result.reason else "not found")
+    out = (result.stdout.strip() or result.stderr.strip()).splitlines()
+    first = out[0] if out else ""
+    if result.returncode not in (0, None):
+        return Evidence(source, clip(f"exit {result.returncode}: {first}"))
+    if result.returncode is None:
+        return Evidence(source, clip(result.reason or "did not complete"))
+    return Evidence(source, clip(first))
+
+
+def clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def unreadable_finding(
+    finding_id: str, read: FileRead, is_root: bool, what: str, subject: str | None = None
+) -> Finding:
+    """The finding for a file that exists but could not be read. Without root that is a SKIP
+    naming the reason (not a fault of the host); as root it is a WARN: something (an LSM, a
+    read-only bind mount with odd permissions) hides it even from root."""
+    ev = file_evidence(read)
+    if read.denied and not is_root:
+        return Finding(
+            finding_id,
+            Status.SKIP,
+            f"{what} not checked: {read.path} needs root to read",
+            (ev,),
+            f"Run the audit as root: sudo mcpnode audit --only '{finding_id}'",
+            subject,
+        )
+    return Finding(
+        finding_id,
+        Status.WARN,
+        f"{what} not checked: {read.path} is unreadable ({read.error})",
+        (ev,),
+        f"Check the permissions and the security policy (SELinux/AppArmor) on {read.path}",
+        subject,
+    )

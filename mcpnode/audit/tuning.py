@@ -1,0 +1,162 @@
+"""Tuning compliance: `mcpnode verify` against the configured profile (the same plan apply
+executes, so the audit cannot disagree with apply), plus every sysctl.d / sysctl.conf line
+that would override the persisted values at boot (systemd-sysctl order)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcpnode.audit.context import AuditContext
+from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.errors import HostError, McpnodeError
+from mcpnode.host import Host
+from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
+from mcpnode.tuning.verify import VerifyReport, verify
+
+DEFAULT_PROFILE = "base"
+
+
+@dataclass(frozen=True)
+class TuningFacts:
+    profile: str
+    report: VerifyReport | None
+    overrides: tuple[Assignment, ...]
+    error: str | None  # the profile did not load (unknown name, bad TOML)
+
+
+def collect(host: Host, ctx: AuditContext) -> TuningFacts:
+    from mcpnode.tuning.profile import load_profile
+
+    try:
+        profile = load_profile(
+            ctx.profile, host, Path(ctx.profiles_dir) if ctx.profiles_dir else None
+        )
+    except McpnodeError as err:
+        return TuningFacts(ctx.profile, None, (), f"{type(err).__name__}: {err}")
+    report = verify(host, profile)
+    overrides = find_overrides(host, persisted_values(report.plan))
+    return TuningFacts(ctx.profile, report, overrides, None)
+
+
+def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
+    name = facts.profile
+    if facts.report is None:
+        return [
+            Finding(
+                "tuning.profile",
+                Status.FAIL,
+                f"tuning profile {name!r} does not load, so compliance cannot be checked",
+                (Evidence(f"profile {name}", facts.error or "?"),),
+                "List the profiles with `mcpnode profiles list` and pass one with --profile, or "
+                "fix the file named above",
+            )
+        ]
+    report = facts.report
+    out: list[Finding] = []
+    items = report.plan.items
+    for d in report.drift:
+        item = next((i for i in items if i.key == d.key), None)
+        where = item.path if item is not None and item.path else d.key
+        # The file's name, not its path: the shipped profiles' path is the install's.
+        source = f"profile {name}" + (
+            f" ({Path(item.source).name})" if item is not None and item.source else ""
+        )
+        out.append(
+            Finding(
+                "tuning.drift",
+                Status.FAIL,
+                f"{d.key} = {d.actual}, profile {name!r} expects {d.expected}",
+                (
+                    Evidence(where, f"actual {d.actual}"),
+                    Evidence(source, f"expected {d.expected}"),
+                ),
+                _remedy(d.key, d.wanted, name),
+                d.key,
+            )
+        )
+    checked = sum(1 for i in items if i.action == "ok")
+    if not report.drift and checked == 0:
+        out.append(
+            Finding(
+                "tuning.drift",
+                Status.SKIP,
+                f"tuning compliance not checked: no key of profile {name!r} could be read here",
+                (Evidence(f"profile {name}", f"0 of {len(items)} key(s) read"),),
+            )
+        )
+    elif not report.drift:
+        out.append(
+            Finding(
+                "tuning.drift",
+                Status.PASS,
+                f"{checked} key(s) match profile {name!r}",
+                (Evidence(f"profile {name}", f"{checked} of {len(items)} key(s) satisfied"),),
+            )
+        )
+    for item in report.unverified:
+        needs_root = item.action == "needs-privilege" and not ctx.is_root
+        why = f"needs root ({item.reason})" if needs_root else item.reason
+        out.append(
+            Finding(
+                "tuning.unverified",
+                Status.SKIP,
+                f"{item.key} not verified: {why}",
+                (Evidence(item.path or item.key, item.current or "not read"),),
+                "sudo mcpnode audit --only 'tuning.*'" if needs_root else None,
+                item.key,
+            )
+        )
+    if report.unsupported:
+        # One line for all: a dump or an older kernel can lack a dozen keys at once.
+        keys = [i.key for i in report.unsupported]
+        out.append(
+            Finding(
+                "tuning.unsupported",
+                Status.INFO,
+                f"{len(keys)} key(s) of profile {name!r} not on this kernel (or not in this "
+                f"root), not checked: {', '.join(keys)}",
+                tuple(Evidence(i.path or i.key, i.reason) for i in report.unsupported),
+            )
+        )
+    winners = [a for a in facts.overrides if a.wins and not a.same_value]
+    for a in winners:
+        out.append(
+            Finding(
+                "tuning.override",
+                Status.WARN,
+                f"{a.file}:{a.line} sets {a.written} = {a.value} at boot, overriding profile "
+                f"{name!r}",
+                (Evidence(f"{a.file}:{a.line}", f"{a.written} = {a.value} ({a.note})"),),
+                f"Remove or comment out line {a.line} of {a.file} (or rename the file to sort "
+                "before 90-mcpnode.conf), then `systemctl restart systemd-sysctl`",
+                a.key,
+            )
+        )
+    return out
+
+
+def _remedy(key: str, wanted: str | None, profile: str) -> str:
+    apply = f"mcpnode apply --profile {profile} --persist"
+    if key.startswith("module:"):
+        return f"modprobe {key.split(':', 1)[1]}, or {apply}"
+    if wanted is None or ":" in key:
+        return apply
+    return f"sysctl -w {key}='{wanted}' now; {apply} to keep it across reboots"
+
+
+def configured_profile(host: Host) -> str:
+    """The profile this host was tuned with: the `# profile: NAME` header `mcpnode apply
+    --persist` writes in /etc/sysctl.d/90-mcpnode.conf; "base" when nothing was persisted."""
+    from mcpnode.tuning.paths import PERSIST_PATH
+
+    try:
+        text = host.read_optional(PERSIST_PATH)
+    except HostError:
+        text = None
+    for line in (text or "").splitlines()[:5]:
+        if line.startswith("# profile:"):
+            name = line.split(":", 1)[1].split()
+            if name:
+                return name[0]
+    return DEFAULT_PROFILE
