@@ -15,6 +15,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 7. Audit: whole-process `mcpnode audit` on this machine (live, `--root /`), text and JSON,
    against the `mcpnode --help` start-up it includes (target < 0.5 s), plus the same over the
    HGX H100 fixture (8 GPUs with recorded NVML) for a GPU host's cost.
+8. Manifest: build + publish on the HGX fixture in process (target < 20 ms), and 1,000
+   read-while-republish rounds with a reader process (partial reads must be 0)
+   (bench/bench_manifest.py).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -36,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_manifest import bench_manifest  # noqa: E402
 from bench_tuning import bench_tuning  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
 from mcpnode.host import Host  # noqa: E402
@@ -309,6 +313,7 @@ def main() -> None:
             "nvml_replay": bench_nvml_replay(),
             "tuning": bench_tuning(),
             "audit": bench_audit(),
+            "manifest": bench_manifest(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

@@ -55,3 +55,32 @@ class WriteError(HostError):
 
 class CommandFailed(HostError):
     """A command Host ran (modprobe) exited non-zero or could not be started."""
+
+
+# -- process placement (exec, pin) ------------------------------------------------------------
+
+
+class ProcessGone(HostError):
+    """ESRCH (or ENOENT under /proc/PID): the process or thread does not exist (any more), or it
+    is a zombie whose threads are gone."""
+
+
+class PlacementUnavailable(McpnodeError):
+    """A placement names CPUs or memory nodes the live kernel does not have online (a placement
+    read from another machine's `--root`), or the kernel applied a different CPU set than asked
+    (a cpuset excludes some of them). Raised instead of letting the kernel narrow it silently."""
+
+
+class CommandNotFound(McpnodeError):
+    """`mcpnode exec`: the command is not on PATH or not executable. Raised before anything
+    about this process has changed."""
+
+
+class PinRefused(McpnodeError):
+    """`mcpnode pin` will not touch this process: a kernel thread, or (without --force) one whose
+    CPU affinity someone else already narrowed."""
+
+
+class ManifestError(McpnodeError):
+    """A published manifest that cannot be used: not JSON, another schema, a newer schema
+    version than this mcpnode reads, or a content hash that does not match."""

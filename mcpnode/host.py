@@ -22,6 +22,11 @@ symlink's last component:
   fsync, rename, fsync of the directory (journal, /etc/sysctl.d file);
 - `remove` unlinks a file; `load_module` runs modprobe, on the live root only.
 
+Process placement (`mcpnode exec`, `pin`), on the live root only: `list_tasks`, `read_proc`,
+`get_affinity`/`set_affinity`, `set_mempolicy` and `resolve_command`/`exec`. These act on the
+live kernel even when discovery reads a fixture (`exec --root`): the CLI passes a live `Host("/")`
+for the effects, and a recorded root refuses them with NotSupported.
+
 Test hook: with `MCPNODE_FAULT_KILL_AFTER_WRITES=N` in the environment the process SIGKILLs
 itself right after its N-th successful write (any of the four above), so crash tests can stop an
 apply at every point. It is read at each write, never at import.
@@ -30,9 +35,11 @@ apply at every point. It is read at each write, never at import.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno as errno_mod
 import json
 import os
+import platform
 import re
 import secrets
 import shutil
@@ -41,17 +48,20 @@ import stat
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple, NoReturn
 
 from mcpnode.errors import (
     AccessDenied,
     CommandFailed,
+    CommandNotFound,
     HostError,
     NotSupported,
     PathNotFound,
+    PlacementUnavailable,
+    ProcessGone,
     ReadError,
     RootError,
     SymlinkLoop,
@@ -74,6 +84,16 @@ _writes_done = 0
 # Kernel module names as modprobe takes them (module_name() in kmod: [A-Za-z0-9_-]).
 _MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _MODPROBE_TIMEOUT_S = 30
+
+# set_mempolicy(2) through libc's syscall(3) and ctypes rather than the `numa`/libnuma Python
+# bindings: no new dependency, and no libnuma.so, which minimal hosts and distroless images lack.
+# The syscall and its modes are ABI, unchanged since Linux 2.6.7. Numbers per architecture:
+# arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h (arm64, riscv),
+# arch/powerpc/kernel/syscalls/syscall.tbl, arch/s390/kernel/syscalls/syscall.tbl.
+_SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "riscv64": 237, "ppc64le": 261, "s390x": 270}
+# include/uapi/linux/mempolicy.h
+MPOL_MODES = {"default": 0, "preferred": 1, "bind": 2}
+MempolicyMode = Literal["default", "preferred", "bind"]
 
 
 def _count_write() -> None:
@@ -770,6 +790,170 @@ class Host:
             raise CommandFailed(f"module:{name}", None, detail)
         _count_write()
 
+    # -- processes (live only) ---------------------------------------------------------------
+
+    def _require_live(self, what: str) -> None:
+        if not self.is_live:
+            raise NotSupported(
+                what, None, "needs the live host: a recorded root has no processes to change"
+            )
+
+    def read_proc(self, pid: int, name: str) -> str:
+        """`/proc/PID/NAME` of a live process (`stat`, `status`, `cmdline`; NUL bytes kept).
+
+        Raises ProcessGone when the process does not exist (ENOENT, ESRCH), AccessDenied for
+        EACCES/EPERM, NotSupported on a recorded root (its /proc is not this kernel's)."""
+        self._require_live(f"pid:{pid}")
+        logical = f"/proc/{int(pid)}/{name}"
+        try:
+            return self.read_text(logical)
+        except PathNotFound as err:
+            raise ProcessGone(logical, err.errno, "no such process") from err
+        except ReadError as err:
+            if err.errno == errno_mod.ESRCH:  # the process exited between open and read
+                raise ProcessGone(logical, err.errno, "no such process") from err
+            raise
+
+    def list_tasks(self, pid: int) -> tuple[int, ...]:
+        """Thread ids of live process `pid` (`/proc/PID/task`), ascending.
+
+        Raises ProcessGone when the process does not exist, NotSupported on a recorded root."""
+        self._require_live(f"pid:{pid}")
+        logical = f"/proc/{int(pid)}/task"
+        try:
+            names = os.listdir(logical)
+        except OSError as err:
+            if err.errno in (errno_mod.ENOENT, errno_mod.ESRCH):
+                raise ProcessGone(logical, err.errno, "no such process") from err
+            raise _translate(err, logical) from err
+        return tuple(sorted(int(n) for n in names if n.isdigit()))
+
+    def get_affinity(self, tid: int) -> frozenset[int]:
+        """CPU affinity of a live thread (sched_getaffinity(2); 0 = the calling thread).
+
+        Raises ProcessGone (ESRCH), AccessDenied (EPERM), NotSupported on a recorded root."""
+        self._require_live(f"tid:{tid}")
+        try:
+            return frozenset(os.sched_getaffinity(tid))
+        except OSError as err:
+            raise _translate_task(err, tid) from err
+
+    def set_affinity(self, tid: int, cpus: Iterable[int]) -> frozenset[int]:
+        """Set the CPU affinity of one live thread (sched_setaffinity(2); 0 = the calling
+        thread, which passes it on across fork and execve). Returns the affinity now in force.
+
+        The kernel silently drops CPUs that are offline, absent or outside the thread's cpuset
+        and fails (EINVAL) only when none is left; both raise PlacementUnavailable here, so a
+        placement from another machine is never half-applied quietly. Also raises ProcessGone
+        (ESRCH), AccessDenied (EPERM: another user's process without CAP_SYS_NICE), NotSupported
+        on a recorded root."""
+        self._require_live(f"tid:{tid}")
+        wanted = frozenset(cpus)
+        if not wanted:
+            raise PlacementUnavailable(f"thread {tid}: an empty CPU set cannot be applied")
+        try:
+            os.sched_setaffinity(tid, wanted)
+            applied = frozenset(os.sched_getaffinity(tid))
+        except OSError as err:
+            if err.errno == errno_mod.EINVAL:
+                raise PlacementUnavailable(
+                    f"thread {tid}: none of CPUs {_cpulist(wanted)} is online and allowed here"
+                ) from err
+            raise _translate_task(err, tid) from err
+        if applied != wanted:
+            raise PlacementUnavailable(
+                f"thread {tid}: asked for CPUs {_cpulist(wanted)}, the kernel applied "
+                f"{_cpulist(applied)} (the others are offline, absent or outside the cpuset)"
+            )
+        return applied
+
+    def set_mempolicy(self, mode: MempolicyMode, nodes: Iterable[int]) -> None:
+        """Set the NUMA memory policy of the *calling thread* (set_mempolicy(2)); it is kept
+        across fork and execve. There is no system call to set another process's policy.
+
+        `preferred` allocates on the first node of `nodes` and falls back to the others when it
+        is full; `bind` restricts allocations to `nodes` (the OOM killer acts rather than fall
+        back); `default` (no nodes) restores the system default. Raises PlacementUnavailable
+        when the kernel refuses the nodes (EINVAL: not online or outside the cpuset's mems),
+        NotSupported on a recorded root, an unknown architecture or a kernel without NUMA
+        (ENOSYS)."""
+        self._require_live("set_mempolicy")
+        node_set = sorted(frozenset(nodes))
+        if (mode == "default") != (not node_set) or any(n < 0 for n in node_set):
+            raise PlacementUnavailable(f"set_mempolicy {mode}: bad node list {node_set}")
+        machine = platform.machine()
+        nr = _SYS_SET_MEMPOLICY.get(machine)
+        if nr is None:
+            raise NotSupported("set_mempolicy", None, f"syscall number unknown for {machine}")
+        bits = ctypes.sizeof(ctypes.c_ulong) * 8
+        words = (node_set[-1] // bits + 1) if node_set else 1
+        mask = (ctypes.c_ulong * words)()
+        for node in node_set:
+            mask[node // bits] |= 1 << (node % bits)
+        # maxnode is one more than the bits passed: mm/mempolicy.c get_nodes() decrements it
+        # first (a historical off-by-one that libnuma also compensates for).
+        maxnode = words * bits + 1 if node_set else 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        rc = libc.syscall(
+            ctypes.c_long(nr),
+            ctypes.c_int(MPOL_MODES[mode]),
+            mask if node_set else None,
+            ctypes.c_ulong(maxnode),
+        )
+        if rc != 0:
+            code = ctypes.get_errno()
+            if code == errno_mod.EINVAL:
+                raise PlacementUnavailable(
+                    f"set_mempolicy {mode} {_cpulist(frozenset(node_set))}: the kernel refused "
+                    "the nodes (not online here, or outside this cpuset's memory nodes)"
+                )
+            if code == errno_mod.ENOSYS:
+                raise NotSupported("set_mempolicy", code, "kernel built without NUMA")
+            raise _translate(OSError(code, os.strerror(code)), "set_mempolicy")
+
+    def resolve_command(self, name: str, env: Mapping[str, str]) -> str:
+        """The executable `name` runs as, looked up on `env`'s PATH like execvp(3) does (a name
+        with a slash is taken as a path). Raises CommandNotFound when there is none, or it is
+        not an executable file; NotSupported on a recorded root."""
+        self._require_live(f"command:{name}")
+        path = env.get("PATH", os.defpath)
+        found = shutil.which(name, path=path)
+        if found is None or not os.path.isfile(found):
+            where = "" if "/" in name else f" on PATH ({path})"
+            raise CommandNotFound(f"{name}: command not found{where} or not executable")
+        return found
+
+    def exec(self, executable: str, argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+        """Replace this process with `executable` (execve(2), no shell). The CPU affinity and
+        memory policy set before are inherited. Only returns by raising CommandNotFound (the
+        file vanished or is not executable after all) or another HostError."""
+        self._require_live(f"command:{executable}")
+        try:
+            # No shell on purpose: argv reaches the program exactly as given.
+            os.execve(executable, list(argv), dict(env))  # noqa: S606
+        except OSError as err:
+            if err.errno in (errno_mod.ENOENT, errno_mod.EACCES, errno_mod.ENOEXEC):
+                raise CommandNotFound(f"{executable}: cannot execute: {err.strerror}") from err
+            raise _translate(err, executable) from err
+
 
 def _opt_int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _translate_task(err: OSError, tid: int) -> HostError:
+    """An OSError from a sched_* call on thread `tid`."""
+    if err.errno == errno_mod.ESRCH:
+        return ProcessGone(f"tid:{tid}", err.errno, "no such process or thread")
+    return _translate(err, f"tid:{tid}")
+
+
+def _cpulist(ids: frozenset[int]) -> str:
+    """`0-3,8` for messages (the model's CpuSet.cpulist(), which host.py cannot import)."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(ids):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -10,7 +10,17 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 
 # Lower layers first; a module may import only from its own layer or below.
-LAYERS = ["errors", "host_tar", "host", "topology", "tuning", "audit", "snapshot", "cli"]
+LAYERS = [
+    "errors",
+    "host_tar",
+    "host",
+    "topology",
+    "tuning",
+    "audit",
+    "placement",
+    "snapshot",
+    "cli",
+]
 ALLOWED_EXTRA = {"__init__": 0, "__main__": len(LAYERS)}
 
 
@@ -85,3 +95,16 @@ def test_tuning_never_imports_topology_or_cli() -> None:
         if imp.startswith(("mcpnode.topology", "mcpnode.cli", "mcpnode.snapshot"))
     ]
     assert bad == []
+
+
+def test_placement_plan_is_pure() -> None:
+    """plan.py decides from the model alone: it imports the topology layer's pure modules and
+    the errors, never Host, discovery, tuning or audit."""
+    pure = (
+        "mcpnode.errors",
+        "mcpnode.topology.model",
+        "mcpnode.topology.distance",
+        "mcpnode.topology.matrix",
+        "mcpnode.topology.parse",
+    )
+    assert [i for i in imports(PKG / "placement" / "plan.py") if i not in pure] == []

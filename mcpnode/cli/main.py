@@ -14,7 +14,17 @@ from typing import Any, TypeVar
 import click
 
 from mcpnode import __version__
-from mcpnode.errors import HostError, McpnodeError, RootError, UsageError
+from mcpnode.errors import (
+    CommandNotFound,
+    HostError,
+    ManifestError,
+    McpnodeError,
+    PinRefused,
+    PlacementUnavailable,
+    ProcessGone,
+    RootError,
+    UsageError,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,6 +33,11 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # the command ran and found something wrong (audit FAIL, drift)
 EXIT_ERROR = 2  # the command could not do its job
 EXIT_USAGE = 64  # EX_USAGE from sysexits.h
+EXIT_DATAERR = 65  # EX_DATAERR: a manifest of a newer schema, or corrupt
+EXIT_NO_PROCESS = 66  # EX_NOINPUT: pin's PID does not exist (any more)
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: the placement names CPUs/nodes this machine lacks
+EXIT_REFUSED = 77  # EX_NOPERM: pin refused by a safety check (kernel thread; narrowed, no --force)
+EXIT_NOT_FOUND = 127  # exec: the command is not found or not executable, as env(1) and sh exit
 
 
 def root_option(fn: F) -> F:
@@ -359,6 +374,251 @@ def audit(
         ctx.exit(EXIT_FINDINGS)
 
 
+# -- manifest ---------------------------------------------------------------------------------
+
+
+@cli.group()
+def manifest() -> None:
+    """The topology manifest (/run/mcpnode/manifest.json, schema mcpnode.manifest/v1)."""
+
+
+def housekeeping_option(fn: F) -> F:
+    return click.option(
+        "--housekeeping",
+        default="first-core",
+        show_default=True,
+        metavar="first-core|none|CPULIST",
+        help="CPUs kept out of every GPU's exclusive slice.",
+    )(fn)
+
+
+@manifest.command("publish")
+@root_option
+@housekeeping_option
+@profiles_dir_option
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fmt: str) -> None:
+    """Build the manifest and write it atomically (mode 0644) to run/mcpnode/manifest.json."""
+    from mcpnode.cli import render_placement
+    from mcpnode.host import Host
+    from mcpnode.placement.build import make_manifest
+    from mcpnode.placement.manifest import publish
+
+    with Host(root) as host:
+        doc = make_manifest(host, housekeeping=housekeeping, profiles_dir=profiles_dir)
+        path = publish(host, doc)
+    if fmt == "json":
+        click.echo(render_placement.as_json(doc), nl=False)
+    else:
+        click.echo(render_placement.as_text(doc, published=path), nl=False)
+
+
+@manifest.command("show")
+@root_option
+@housekeeping_option
+@profiles_dir_option
+@click.option("--published", is_flag=True, help="Show the published file (checked), not a new one.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def manifest_show(
+    root: str, housekeeping: str, profiles_dir: Path | None, published: bool, fmt: str
+) -> None:
+    """Print the manifest this host would publish (or, with --published, the one it did)."""
+    from mcpnode.cli import render_placement
+    from mcpnode.host import Host
+    from mcpnode.placement.build import make_manifest
+    from mcpnode.placement.manifest import load_manifest
+
+    with Host(root) as host:
+        if published:
+            doc = load_manifest(host)
+        else:
+            doc = make_manifest(host, housekeeping=housekeeping, profiles_dir=profiles_dir)
+    if fmt == "json":
+        click.echo(render_placement.as_json(doc), nl=False)
+    else:
+        click.echo(render_placement.as_text(doc), nl=False)
+
+
+# -- exporters --------------------------------------------------------------------------------
+
+
+@cli.command("export")
+@click.argument("kind", type=click.Choice(["nfd", "prom", "slurm", "ansible"]))
+@root_option
+@click.option(
+    "--dir",
+    "directory",
+    default=None,
+    metavar="DIR",
+    help="Write into DIR (absolute, under --root) instead of the kind's usual directory, e.g. "
+    "node_exporter's --collector.textfile.directory.",
+)
+@click.option("--stdout", "to_stdout", is_flag=True, help="Print the file; write nothing.")
+@click.option("--no-audit", is_flag=True, help="Leave the audit counts and drift out.")
+@click.option(
+    "--housekeeping",
+    "housekeeping",
+    default="first-core",
+    show_default=True,
+    metavar="first-core|none|CPULIST",
+    help="CPUs kept out of every GPU's exclusive slice.",
+)
+def export(
+    kind: str, root: str, directory: str | None, to_stdout: bool, no_audit: bool, housekeeping: str
+) -> None:
+    """Write the Kubernetes NFD feature file (nfd), node_exporter textfile (prom), Slurm
+    gres.conf lines (slurm) or Ansible local facts (ansible), atomically, mode 0644."""
+    from mcpnode.host import Host
+    from mcpnode.placement.exporters.write import build, write
+
+    with Host(root) as host:
+        result = build(
+            host, kind, audit=not no_audit, directory=directory, housekeeping=housekeeping
+        )
+        if not to_stdout:
+            write(host, result)
+    if to_stdout:
+        click.echo(result.text, nl=False)
+    else:
+        click.echo(f"wrote {result.path} ({len(result.text.encode())} bytes)", err=True)
+
+
+# -- process placement: exec, pin, systemd-dropin ---------------------------------------------
+
+
+def placement_options(fn: F) -> F:
+    """--gpu, --scope, --membind/--preferred, --housekeeping, --root: what to place on."""
+    fn = click.option(
+        "--housekeeping",
+        default="first-core",
+        show_default=True,
+        metavar="first-core|none|CPULIST",
+        help="CPUs kept out of every GPU's exclusive slice.",
+    )(fn)
+    fn = click.option(
+        "--membind/--preferred",
+        "membind",
+        default=False,
+        help="Memory policy: bind to the GPU's node (no fallback), or prefer it (default).",
+    )(fn)
+    fn = click.option(
+        "--scope",
+        type=click.Choice(["slice", "node"]),
+        default="slice",
+        show_default=True,
+        help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
+    )(fn)
+    fn = click.option(
+        "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."
+    )(fn)
+    return root_option(fn)
+
+
+def _target(root: str, selector: str, scope: str, membind: bool, housekeeping: str) -> Any:
+    """The placement Target for the GPUs selected, from the topology under `root`."""
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import choose_target
+    from mcpnode.placement.plan import plan_placement
+    from mcpnode.topology.discover import discover_host
+
+    with Host(root) as host:
+        topology = discover_host(host)
+    return choose_target(
+        plan_placement(topology, housekeeping),
+        selector,
+        scope="node" if scope == "node" else "slice",
+        policy="bind" if membind else "preferred",
+        online=topology.cpus.online,
+        process_cpus=topology.process.cpus,
+    )
+
+
+@cli.command(
+    "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@placement_options
+@click.option("--dry-run", is_flag=True, help="Print what would be done; run nothing.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_command(
+    root: str,
+    selector: str,
+    scope: str,
+    membind: bool,
+    housekeeping: str,
+    dry_run: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND (no shell) on the GPU's CPUs, memory node and environment:
+    `mcpnode exec --gpu 0 -- python serve.py`. The topology comes from --root; the CPU affinity
+    and memory policy are always set on this machine's kernel."""
+    import os
+
+    from mcpnode.cli import render_exec
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import plan_exec, run_exec
+
+    target = _target(root, selector, scope, membind, housekeeping)
+    live = Host("/")
+    plan = plan_exec(live, target, command, os.environ, dry_run=dry_run)
+    if dry_run:
+        click.echo(render_exec.exec_text(plan), nl=False)
+        return
+    run_exec(live, plan, os.environ)
+
+
+@cli.command()
+@click.argument("pid", type=int)
+@placement_options
+@click.option("--force", is_flag=True, help="Re-pin a process someone else already narrowed.")
+def pin(
+    pid: int, root: str, selector: str, scope: str, membind: bool, housekeeping: str, force: bool
+) -> None:
+    """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
+    Refuses kernel threads, and processes already narrowed by someone else unless --force."""
+    from mcpnode.cli import render_exec
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import pin_process
+
+    target = _target(root, selector, scope, membind, housekeeping)
+    result = pin_process(Host("/"), pid, target, force=force)
+    click.echo(render_exec.pin_text(result), nl=False)
+
+
+@cli.command("systemd-dropin")
+@placement_options
+@click.option("--unit", required=True, metavar="NAME", help="Service unit (NAME[.service]).")
+@click.option(
+    "--write", "do_write", is_flag=True, help="Write the drop-in under --root (atomically)."
+)
+def systemd_dropin(
+    root: str,
+    selector: str,
+    scope: str,
+    membind: bool,
+    housekeeping: str,
+    unit: str,
+    do_write: bool,
+) -> None:
+    """Print (or --write) etc/systemd/system/NAME.service.d/50-mcpnode-placement.conf:
+    CPUAffinity=, NUMAPolicy=, NUMAMask= and Environment= for the GPU's placement."""
+    from mcpnode.host import Host
+    from mcpnode.placement import systemd
+
+    name = systemd.unit_name(unit)
+    target = _target(root, selector, scope, membind, housekeeping)
+    text = systemd.render_dropin(name, target)
+    if not do_write:
+        click.echo(text, nl=False)
+        return
+    with Host(root) as host:
+        path = systemd.write_dropin(host, name, text)
+    click.echo(f"wrote {path}; run `systemctl daemon-reload` and restart {name}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps mcpnode's errors to exit codes and one-line messages."""
     try:
@@ -372,9 +632,24 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_USAGE)
+    except ProcessGone as err:
+        click.echo(f"mcpnode: {err}", err=True)
+        sys.exit(EXIT_NO_PROCESS)
+    except PlacementUnavailable as err:
+        click.echo(f"mcpnode: placement unavailable here: {err}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except PinRefused as err:
+        click.echo(f"mcpnode: refused: {err}", err=True)
+        sys.exit(EXIT_REFUSED)
+    except CommandNotFound as err:
+        click.echo(f"mcpnode: {err}", err=True)
+        sys.exit(EXIT_NOT_FOUND)
     except (RootError, HostError) as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_ERROR)
+    except ManifestError as err:
+        click.echo(f"mcpnode: {err}", err=True)
+        sys.exit(EXIT_DATAERR)
     except McpnodeError as err:
         click.echo(f"mcpnode: {type(err).__name__}: {err}", err=True)
         sys.exit(EXIT_ERROR)

@@ -1,0 +1,47 @@
+"""Render a manifest (the dict of placement/manifest.py) for people; JSON is the file itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcpnode.placement.manifest import dumps
+
+
+def as_json(manifest: dict[str, Any]) -> str:
+    return dumps(manifest)
+
+
+def as_text(manifest: dict[str, Any], published: str | None = None) -> str:
+    host = manifest["host"]
+    place = manifest["placement"]
+    lines = [
+        f"host {host['hostname'] or '?'}  kernel {host['kernel'] or '?'}"
+        f"  driver {host['driver'] or '?'}  {manifest['content_hash'][:19]}",
+        f"housekeeping CPUs {place['housekeeping_cpus'] or '-'} ({place['housekeeping_policy']})",
+        "",
+        f"{'GPU':<4} {'NODE':<5} {'SLICE':<24} {'MEM':<4} {'NICS':<28} {'NVLINK PEERS':<16} UUID",
+    ]
+    for g in place["gpus"]:
+        nics = ",".join(f"{n['rdma'] or n['address']}({n['bucket']})" for n in g["nics"]) or "-"
+        node = "?" if g["numa_node"] is None else str(g["numa_node"])
+        peers = ",".join(str(p) for p in g["nvlink_peers"]) or "-"
+        lines.append(
+            f"{g['index']:<4} {node:<5} {g['slice_cpus'] or '-':<24} {g['memory_nodes'] or '-':<4}"
+            f" {nics:<28} {peers:<16} {g['uuid'] or '-'}"
+        )
+    tuning = manifest["tuning"]
+    if tuning["error"]:
+        lines.append(f"\ntuning: not verified ({tuning['error']})")
+    else:
+        state = "compliant" if tuning["compliant"] else f"{len(tuning['drift'])} key(s) drifted"
+        lines.append(f"\ntuning: profile {tuning['profile']}, {state}")
+    audit = manifest["audit"]
+    if audit is not None:
+        counts = " ".join(f"{k} {v}" for k, v in audit["counts"].items())
+        failed = f"; failed: {', '.join(audit['failed'])}" if audit["failed"] else ""
+        lines.append(f"audit: {counts}{failed}")
+    for problem in place["problems"]:
+        lines.append(f"placement: {problem}")
+    if published is not None:
+        lines.append(f"published {published}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,82 @@
+"""One call from a Host to a manifest: discover once, plan, verify tuning, audit, assemble.
+
+The CLI's `manifest publish|show` and the agent both call `make_manifest`; everything it reads
+goes through the Host it is given.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mcpnode.audit.context import build_context
+from mcpnode.audit.model import AuditReport
+from mcpnode.audit.run import AREAS, run_areas
+from mcpnode.audit.tuning import configured_profile
+from mcpnode.errors import HostError, McpnodeError
+from mcpnode.host import Host
+from mcpnode.placement.manifest import build_manifest
+from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT, plan_placement
+from mcpnode.topology.discover import discover_host
+from mcpnode.topology.model import Topology
+from mcpnode.tuning.profile import load_profile
+from mcpnode.tuning.verify import VerifyReport, verify
+
+MACHINE_ID_PATH = "/etc/machine-id"
+
+
+def make_manifest(
+    host: Host,
+    *,
+    now: datetime | None = None,
+    housekeeping: str = HOUSEKEEPING_DEFAULT,
+    profiles_dir: Path | None = None,
+    topology: Topology | None = None,
+) -> dict[str, Any]:
+    """The manifest of the machine behind `host`.
+
+    `topology` reuses a discovery already made through `host` (the agent keeps one between
+    device events). Raises RootError / HostError when discovery cannot run, UsageError for a
+    bad `housekeeping`; a profile that cannot be loaded is recorded in the tuning section, and
+    a failing audit area in the audit's problems, never raised."""
+    topo = topology if topology is not None else discover_host(host)
+    placement = plan_placement(topo, housekeeping)
+    profile = configured_profile(host)
+    tuning: VerifyReport | str
+    try:
+        tuning = verify(host, load_profile(profile, host, profiles_dir))
+    except McpnodeError as err:
+        tuning = f"{type(err).__name__}: {err}"
+    when = now or datetime.now(timezone.utc)
+    ctx = build_context(host, topo, profile, None if profiles_dir is None else str(profiles_dir))
+    findings, problems = run_areas(host, ctx, AREAS)
+    audit = AuditReport(
+        findings=tuple(findings),
+        host=topo.identity.hostname,
+        kernel=topo.identity.kernel_release,
+        generated_at=when.isoformat(timespec="seconds"),
+        problems=tuple(problems),
+        profile=profile,
+    )
+    return build_manifest(
+        topo,
+        placement,
+        tuning,
+        audit,
+        when,
+        machine_id=read_machine_id(host),
+        driver=ctx.driver_version,
+        housekeeping=housekeeping,
+    )
+
+
+def read_machine_id(host: Host) -> str | None:
+    """/etc/machine-id (machine-id(5): 32 lowercase hex digits), None when absent, empty
+    (first boot, `systemd-firstboot` not run yet) or unreadable."""
+    try:
+        text = host.read_optional(MACHINE_ID_PATH)
+    except HostError:
+        return None
+    value = (text or "").strip()
+    return value or None

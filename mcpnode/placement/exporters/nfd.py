@@ -1,0 +1,220 @@
+"""Kubernetes Node Feature Discovery: the local feature file.
+
+nfd-worker's `local` source reads every file in `/etc/kubernetes/node-feature-discovery/
+features.d/`: one `<prefix>/<name>=<value>` per line, `#` starts a comment, and a file over
+64 kB is ignored whole (kubernetes-sigs/node-feature-discovery,
+docs/usage/customization-guide.md, "Feature files"). A prefixed name is used because unprefixed
+ones are auto-prefixed with `feature.node.kubernetes.io/`, which NFD's `DisableAutoPrefix` gate
+changes; `kubernetes.io/` and its subdomains are denied (except `feature.node.kubernetes.io/`).
+
+Every label is checked against the Kubernetes label syntax (apimachinery
+`validation.IsQualifiedName` / `IsValidLabelValue`) before the file is rendered, so nfd-master
+never drops one of ours: a value built from host data (a driver version, a GPU model) goes
+through `sanitize_value` first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from itertools import groupby
+
+from mcpnode.errors import McpnodeError
+from mcpnode.placement.exporters.inputs import (
+    AuditSummary,
+    gpu_link,
+    gpu_name,
+    nvlink_by_index,
+    nvswitch_attached,
+)
+from mcpnode.placement.plan import Placement
+from mcpnode.topology.model import Topology
+
+PATH = "/etc/kubernetes/node-feature-discovery/features.d/mcpnode"
+PREFIX = "mcpnode.io"
+
+# Kubernetes label syntax (k8s.io/apimachinery/pkg/util/validation): a name part and a value
+# are at most 63 characters of [A-Za-z0-9_.-] beginning and ending alphanumeric (a value may
+# also be empty); the prefix is a DNS-1123 subdomain of at most 253 characters.
+NAME_MAX = 63
+VALUE_MAX = 63
+PREFIX_MAX = 253
+FILE_MAX_BYTES = 64 * 1024  # NFD ignores a larger feature file entirely
+_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_PREFIX_RE = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*\Z")
+_NOT_VALUE_CHAR = re.compile(r"[^A-Za-z0-9_.-]+")
+_DENIED = "kubernetes.io"
+_ALLOWED_K8S = "feature.node.kubernetes.io"
+
+# gpu-numa-layout lists one node per GPU (`0-0-0-0-1-1-1-1`); past 63 characters it switches to
+# runs (`8x0-8x1`), and past that it is left out with a comment.
+_UNKNOWN_NODE = "u"
+
+
+class NfdLabelError(McpnodeError):
+    """A label name or value that Kubernetes would reject, or a feature file over NFD's size
+    limit. Raised by `validate_label` / `render`; never written."""
+
+
+def label_error(key: str, value: str) -> str | None:
+    """Why `key=value` is not a valid Kubernetes node label, or None when it is."""
+    prefix, sep, name = key.rpartition("/")
+    if not sep:
+        return f"{key!r}: unprefixed (NFD would add feature.node.kubernetes.io/)"
+    if not prefix or len(prefix) > PREFIX_MAX or not _PREFIX_RE.match(prefix):
+        return f"{key!r}: prefix must be a DNS subdomain of at most {PREFIX_MAX} characters"
+    if (prefix == _DENIED or prefix.endswith("." + _DENIED)) and not (
+        prefix == _ALLOWED_K8S or prefix.endswith("." + _ALLOWED_K8S)
+    ):
+        return f"{key!r}: the {_DENIED} namespace is denied by nfd-master"
+    if not name or len(name) > NAME_MAX or not _NAME_RE.match(name):
+        return (
+            f"{key!r}: name must be 1-{NAME_MAX} characters of [A-Za-z0-9_.-], "
+            "beginning and ending alphanumeric"
+        )
+    if len(value) > VALUE_MAX or (value and not _NAME_RE.match(value)):
+        return (
+            f"{key}={value!r}: value must be at most {VALUE_MAX} characters of "
+            "[A-Za-z0-9_.-], beginning and ending alphanumeric"
+        )
+    return None
+
+
+def validate_label(key: str, value: str) -> None:
+    """Raise NfdLabelError unless `key=value` is a valid Kubernetes node label."""
+    why = label_error(key, value)
+    if why is not None:
+        raise NfdLabelError(why)
+
+
+def sanitize_value(raw: str) -> str:
+    """`raw` made into a valid label value: every run of other characters becomes `-`, cut to 63
+    characters, then separators stripped from both ends. Valid input comes back unchanged; the
+    result may be empty (a valid value, but the caller should rather leave the label out)."""
+    return _NOT_VALUE_CHAR.sub("-", raw)[:VALUE_MAX].strip("-_.")
+
+
+def numa_layout(nodes: Iterable[int | None]) -> str | None:
+    """One NUMA node per GPU in index order, `0-0-0-0-1-1-1-1` (`u` for unknown); as runs,
+    `4x0-4x1`, when that is over 63 characters; None when even the runs do not fit."""
+    ids = [_UNKNOWN_NODE if n is None else str(n) for n in nodes]
+    if not ids:
+        return None
+    full = "-".join(ids)
+    if len(full) <= VALUE_MAX:
+        return full
+    compact = "-".join(f"{len(list(run))}x{node}" for node, run in groupby(ids))
+    return compact if len(compact) <= VALUE_MAX else None
+
+
+def labels(
+    topo: Topology, placement: Placement, audit: AuditSummary | None
+) -> tuple[tuple[str, str], ...]:
+    """The node's labels, sorted by name. A fact that is unknown is left out, never written as
+    an empty or made-up value."""
+    out: dict[str, str] = {}
+
+    def put(name: str, value: object) -> None:
+        if value is None:
+            return
+        text = value if isinstance(value, str) else _scalar(value)
+        text = sanitize_value(text)
+        if text:
+            out[f"{PREFIX}/{name}"] = text
+
+    gpus = topo.gpus
+    put("gpu-count", len(gpus))
+    put("numa-nodes", len(topo.numa_nodes))
+    put("numa-nodes-with-cpus", sum(1 for n in topo.numa_nodes if n.has_cpus))
+    if topo.nvml is not None and topo.nvml.available:
+        put("driver", topo.nvml.driver_version)
+        put("cuda", topo.nvml.cuda_driver_version)
+    if gpus:
+        names = {gpu_name(g) for g in gpus}
+        known = sorted(n for n in names if n is not None)
+        if len(known) > 1:
+            put("gpu-model", "mixed")
+        elif known and None not in names:
+            put("gpu-model", _model_value(known[0]))
+        by_index = {p.index: p for p in placement.gpus}
+        layout = numa_layout(
+            by_index[g.index].numa_node if g.index in by_index else g.numa_node for g in gpus
+        )
+        put("gpu-numa-layout", layout)
+        put("gpu-nic-pix", all(any(n.bucket == "PIX" for n in p.nics) for p in placement.gpus))
+        slices = [len(p.slice_cpus) for p in placement.gpus]
+        put("gpu-cpu-slice-min", min(slices) if slices else None)
+        _nvlink_labels(topo, put)
+        links = [gpu_link(g) for g in gpus]
+        put("gpu-pcie-gen-max", _agreed(lk.gen_max for lk in links))
+        put(
+            "gpu-pcie-width-degraded",
+            any(
+                lk.width_current is not None
+                and lk.width_max is not None
+                and lk.width_current < lk.width_max
+                for lk in links
+            ),
+        )
+    put("rdma", any(n.rdma_devices for n in topo.nics))
+    if audit is not None:
+        put("audit-fail", audit.count("FAIL"))
+        put("audit-warn", audit.count("WARN"))
+        put("tuning-profile", audit.profile)
+        put("tuning-compliant", audit.tuning_compliant)
+    for key, value in out.items():
+        validate_label(key, value)
+    return tuple(sorted(out.items()))
+
+
+def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> str:
+    """The feature file. Raises NfdLabelError for an invalid label or a file over 64 kB."""
+    found = labels(topo, placement, audit)
+    lines = [
+        "# Kubernetes Node Feature Discovery local features, generated by `mcpnode export nfd`.",
+        "# Rewritten atomically on every export; do not edit (see docs/exporters.md).",
+    ]
+    if topo.gpus and f"{PREFIX}/gpu-numa-layout" not in dict(found):
+        lines.append("# gpu-numa-layout left out: over 63 characters even as runs")
+    lines.extend(f"{k}={v}" for k, v in found)
+    text = "\n".join(lines) + "\n"
+    size = len(text.encode())
+    if size > FILE_MAX_BYTES:
+        raise NfdLabelError(f"feature file is {size} bytes, over NFD's {FILE_MAX_BYTES}")
+    return text
+
+
+def _nvlink_labels(topo: Topology, put: Callable[[str, object], None]) -> None:
+    nv = nvlink_by_index(topo)
+    put("nvswitch", nvswitch_attached(topo))
+    if not nv:
+        put("nvlink", "none")
+        return
+    # The narrowest pair: what any two NVLink-connected GPUs can count on (NV18 on HGX H100,
+    # NV12 on an A100 board or an H100 NVL pair).
+    put("nvlink", f"NV{min(nv.values())}")
+    idx = [g.index for g in topo.gpus]
+    put("nvlink-all-pairs", all((a, b) in nv for a in idx for b in idx if a != b))
+
+
+def _model_value(name: str) -> str:
+    """`NVIDIA H100 80GB HBM3` -> `H100-80GB-HBM3`: the vendor word is the same on every node."""
+    words = name.split()
+    if words and words[0].lower() == "nvidia":
+        words = words[1:]
+    return " ".join(words) or name
+
+
+def _agreed(values: Iterable[int | None]) -> int | None:
+    """The one value all GPUs share; None when unknown somewhere or when they differ."""
+    seen = set(values)
+    if len(seen) == 1:
+        return next(iter(seen))
+    return None
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,249 @@
+"""The topology manifest `mcpnode.manifest/v1`: what launchers, exporters and fleet reports read
+from `/run/mcpnode/manifest.json` (documented in docs/manifest.md, schema in
+docs/manifest-schema.json).
+
+`build_manifest` is pure (facts in, dict out); `publish` and `load_manifest` go through Host.
+The content hash covers everything but itself and `generated_at`, so two publishes of an
+unchanged machine carry the same hash and a consumer can skip work on equal hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from mcpnode.audit.model import AuditReport, Status
+from mcpnode.errors import ManifestError, PathNotFound
+from mcpnode.host import Host
+from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
+from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
+from mcpnode.tuning.verify import VerifyReport
+
+SCHEMA = "mcpnode.manifest/v1"
+SCHEMA_MAJOR = 1
+MANIFEST_PATH = "/run/mcpnode/manifest.json"
+MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
+_SCHEMA_RE = re.compile(r"mcpnode\.manifest/v(\d+)")
+_UNHASHED = ("content_hash", "generated_at")
+
+__all__ = ["MANIFEST_PATH", "SCHEMA", "ManifestError", "build_manifest", "load_manifest", "publish"]
+
+
+def build_manifest(
+    topo: Topology,
+    placement: Placement,
+    tuning: VerifyReport | str | None,
+    audit: AuditReport | None,
+    now: datetime,
+    *,
+    machine_id: str | None = None,
+    driver: str | None = None,
+    housekeeping: str = "first-core",
+) -> dict[str, Any]:
+    """The manifest as JSON-ready data, `content_hash` filled in.
+
+    `tuning`: the verify report, or a string saying why there is none (profile unreadable);
+    `audit`: None when it was not run. `machine_id` is /etc/machine-id as read by the caller;
+    `driver` overrides NVML's driver version (the audit reads /proc/driver/nvidia/version when
+    NVML is absent)."""
+    nvml = topo.nvml if topo.nvml is not None and topo.nvml.available else None
+    body: dict[str, Any] = {
+        "schema": SCHEMA,
+        "generated_at": now.isoformat(timespec="seconds"),
+        "content_hash": None,
+        "host": {
+            "hostname": topo.identity.hostname,
+            "machine_id": machine_id,
+            "kernel": topo.identity.kernel_release,
+            "driver": driver or (nvml.driver_version if nvml is not None else None),
+            "cuda_driver": nvml.cuda_driver_version if nvml is not None else None,
+        },
+        "numa_nodes": [_node(n) for n in topo.numa_nodes],
+        "gpus": [_gpu(g) for g in topo.gpus],
+        "nics": [_nic(n) for n in topo.nics],
+        "placement": {
+            "housekeeping_policy": housekeeping,
+            "housekeeping_cpus": placement.housekeeping.cpulist(),
+            "gpus": [_placement(p) for p in placement.gpus],
+            "problems": list(placement.problems),
+        },
+        "tuning": _tuning(tuning),
+        "audit": _audit(audit),
+        "problems": [
+            {"code": p.code, "source": p.source, "detail": p.detail} for p in topo.problems
+        ],
+    }
+    body["content_hash"] = content_hash(body)
+    return body
+
+
+def content_hash(manifest: dict[str, Any]) -> str:
+    """`sha256:<hex>` of the canonical JSON (sorted keys, no whitespace, UTF-8) of `manifest`
+    without `content_hash` and `generated_at`."""
+    rest = {k: v for k, v in manifest.items() if k not in _UNHASHED}
+    canon = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+
+
+def dumps(manifest: dict[str, Any]) -> str:
+    """The file's text: indented, key order as built, newline-terminated."""
+    return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+
+
+def publish(host: Host, manifest: dict[str, Any]) -> str:
+    """Write `manifest` to /run/mcpnode/manifest.json atomically (temp, fsync, rename), mode
+    0644. Returns the logical path. Raises AccessDenied / WriteError."""
+    host.write_file_atomic(MANIFEST_PATH, dumps(manifest).encode(), MANIFEST_MODE)
+    return MANIFEST_PATH
+
+
+def load_manifest(host: Host) -> dict[str, Any]:
+    """Read and check the published manifest.
+
+    Raises PathNotFound when none is published, ManifestError when it is not JSON, names
+    another schema, a newer major version than this mcpnode understands, or its hash does not
+    match its content."""
+    try:
+        text = host.read_text(MANIFEST_PATH)
+    except PathNotFound as err:
+        raise PathNotFound(
+            MANIFEST_PATH, err.errno, "no manifest published (run `mcpnode manifest publish`)"
+        ) from err
+    return parse_manifest(text, MANIFEST_PATH)
+
+
+def parse_manifest(text: str, source: str = MANIFEST_PATH) -> dict[str, Any]:
+    """The checks of load_manifest on text already read."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ManifestError(f"{source}: not JSON ({err})") from err
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{source}: not a JSON object")
+    schema = doc.get("schema")
+    m = _SCHEMA_RE.fullmatch(schema) if isinstance(schema, str) else None
+    if m is None:
+        raise ManifestError(f"{source}: schema {schema!r} is not {SCHEMA}")
+    if int(m.group(1)) > SCHEMA_MAJOR:
+        raise ManifestError(
+            f"{source}: schema {schema} is newer than this mcpnode reads ({SCHEMA});"
+            " upgrade mcpnode, or republish with `mcpnode manifest publish`"
+        )
+    if int(m.group(1)) < SCHEMA_MAJOR:
+        raise ManifestError(f"{source}: schema {schema} is older than {SCHEMA}; republish it")
+    if doc.get("content_hash") != content_hash(doc):
+        raise ManifestError(f"{source}: content_hash does not match the content (edited?)")
+    return doc
+
+
+# -- sections ----------------------------------------------------------------------------------
+
+
+def _link(link: PciLink) -> dict[str, Any]:
+    return {
+        "speed_gts": link.current_speed_gts,
+        "width": link.current_width,
+        "max_speed_gts": link.max_speed_gts,
+        "max_width": link.max_width,
+    }
+
+
+def _node(n: NumaNode) -> dict[str, Any]:
+    return {
+        "id": n.id,
+        "cpus": n.cpus.cpulist(),
+        "memory_mib": n.memory_mib,
+        "cpuless": n.cpuless,
+        "distances": {str(other): dist for other, dist in n.distances},
+    }
+
+
+def _gpu(g: Gpu) -> dict[str, Any]:
+    f = g.nvml
+    return {
+        "index": g.index,
+        "address": str(g.address),
+        "uuid": f.uuid if f is not None else None,
+        "name": f.name if f is not None else None,
+        "minor": f.minor if f is not None else None,
+        "numa_node": g.numa_node,
+        "numa_source": g.numa_source,
+        "memory_numa_node": g.memory_numa_node,
+        "local_cpus": g.local_cpus.cpulist() if g.local_cpus is not None else None,
+        "pcie": _link(g.link),
+        "nvlinks_active": f.active_links if f is not None else None,
+        "fabric_state": f.fabric_state if f is not None else None,
+    }
+
+
+def _nic(n: Nic) -> dict[str, Any]:
+    return {
+        "address": str(n.address),
+        "driver": n.driver,
+        "rdma_devices": list(n.rdma_devices),
+        "netdevs": [
+            {"name": d.name, "operstate": d.operstate, "speed_mbps": d.speed_mbps, "mtu": d.mtu}
+            for d in n.netdevs
+        ],
+        "numa_node": n.numa_node,
+        "pcie": _link(n.link),
+        "virtual_function": n.is_virtual_function,
+    }
+
+
+def _nic_choice(c: NicChoice) -> dict[str, Any]:
+    return {
+        "address": str(c.address),
+        "rdma": c.rdma,
+        "netdevs": list(c.netdevs),
+        "bucket": c.bucket,
+        "link_speed_gts": c.link_speed_gts,
+        "link_width": c.link_width,
+    }
+
+
+def _placement(p: GpuPlacement) -> dict[str, Any]:
+    return {
+        "index": p.index,
+        "uuid": p.uuid,
+        "address": str(p.address),
+        "numa_node": p.numa_node,
+        "numa_source": p.numa_source,
+        "local_cpus": p.local_cpus.cpulist(),
+        "slice_cpus": p.slice_cpus.cpulist(),
+        "memory_nodes": p.memory_nodes.cpulist(),
+        "nics": [_nic_choice(c) for c in p.nics],
+        "nvlink_peers": list(p.nvlink_peers),
+        "env": dict(p.env),
+    }
+
+
+def _tuning(tuning: VerifyReport | str | None) -> dict[str, Any]:
+    if tuning is None or isinstance(tuning, str):
+        return {"profile": None, "compliant": None, "drift": [], "error": tuning}
+    return {
+        "profile": tuning.profile,
+        "compliant": tuning.ok,
+        "drift": [
+            {"key": d.key, "expected": d.expected, "wanted": d.wanted, "actual": d.actual}
+            for d in tuning.drift
+        ],
+        "error": None,
+    }
+
+
+def _audit(audit: AuditReport | None) -> dict[str, Any] | None:
+    if audit is None:
+        return None
+    ids = sorted({f.id for f in audit.findings if f.status is Status.FAIL})
+    warned = sorted({f.id for f in audit.findings if f.status is Status.WARN})
+    return {
+        "profile": audit.profile,
+        "counts": {s.value: audit.count(s) for s in Status},
+        "failed": ids,
+        "warned": warned,
+        "problems": list(audit.problems),
+    }

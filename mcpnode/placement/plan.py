@@ -1,0 +1,337 @@
+"""Where each GPU's work should run: CPUs, memory node, NICs and launcher environment.
+
+Pure: takes a Topology, reads nothing. The rules (issue 6, DESIGN.md "Manifest and placement"):
+
+* **Local CPUs** of a GPU: its NUMA node's CPUs; the device's `local_cpulist` when the node is
+  unknown (VMs, `numa_node` = -1).
+* **Exclusive slice**: the online CPUs of a node, housekeeping CPUs removed, grouped into whole
+  cores (SMT sibling groups, `thread_siblings_list`), and divided among the node's GPUs in PCI
+  order as contiguous runs of cores, the first runs one core longer when they do not divide
+  evenly (PyTorch's `--numa-binding=exclusive` splits the same way). A GPU whose node is unknown
+  gets no slice and a problem, never a guess.
+* **Housekeeping**: `"first-core"` (default) reserves the first core of every node with CPUs
+  (its lowest online CPU and that CPU's siblings) for the OS, IRQs and the agent; `"none"`
+  reserves nothing; a cpulist reserves those CPUs, widened to whole cores so a slice never
+  shares a core with them. The default is waived, with a problem, on a node where it would leave
+  fewer cores than GPUs (a 2-CPU VM with one GPU keeps its only core for the GPU).
+* **Memory node**: the GPU's node when it has CPUs. CPU-less nodes (Grace GPU memory, CXL, HBM)
+  are never offered: `numactl --cpunodebind` / `set_mempolicy` on them fails or starves
+  (vllm-project/vllm PR #39361).
+* **NICs**: nvidia-smi's bucket between GPU and NIC (topology/distance.py), `SYS` never offered.
+  RDMA-capable NICs are preferred (NCCL and UCX need them); plain Ethernet functions are offered
+  only when no RDMA NIC is within reach. Of the candidates only the best bucket is kept
+  (PIX < PXB < PHB < NODE), ties ordered by link speed, then width, then PCI address; SR-IOV
+  virtual functions are left to the VMs they exist for.
+* **Environment**: `CUDA_VISIBLE_DEVICES` by UUID (index when NVML did not answer) and
+  `CUDA_DEVICE_ORDER=PCI_BUS_ID` (CUDA's default order is fastest-first, not nvidia-smi's);
+  `NCCL_IB_HCA` as `=mlx5_0:1,...` — the leading `=` asks NCCL for exact names, without it
+  `mlx5_1` also matches `mlx5_10` (NCCL env docs, "NCCL_IB_HCA"); `NCCL_SOCKET_IFNAME` likewise
+  `=`-exact; `UCX_NET_DEVICES` as `mlx5_0:1` (UCX matches whole names). Port 1 is named because
+  ConnectX exposes one port per PCI function; the model does not list ports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mcpnode.errors import UsageError
+from mcpnode.topology.distance import RANK, classify
+from mcpnode.topology.matrix import nvlink_counts
+from mcpnode.topology.model import (
+    CpuSet,
+    Gpu,
+    Nic,
+    NumaNode,
+    PciAddress,
+    PciDevice,
+    Topology,
+    natural_key,
+)
+from mcpnode.topology.parse import ParseError, parse_cpulist
+
+HOUSEKEEPING_DEFAULT = "first-core"
+NIC_BUCKETS = ("PIX", "PXB", "PHB", "NODE")  # offered, closest first; SYS never
+RDMA_PORT = 1
+
+
+@dataclass(frozen=True)
+class NicChoice:
+    address: PciAddress
+    rdma: str | None  # first RDMA device of the function (mlx5_0); None for plain Ethernet
+    netdevs: tuple[str, ...]
+    bucket: str  # PIX / PXB / PHB / NODE
+    link_speed_gts: float | None  # current PCIe link speed, GT/s
+    link_width: int | None  # current PCIe link width, lanes
+
+
+@dataclass(frozen=True)
+class GpuPlacement:
+    index: int
+    uuid: str | None
+    address: PciAddress
+    numa_node: int | None
+    numa_source: str
+    local_cpus: CpuSet  # NUMA-local CPUs (the node's CPUs, or local_cpulist); empty if unknown
+    slice_cpus: CpuSet  # exclusive slice: whole cores, housekeeping excluded
+    memory_nodes: CpuSet  # node(s) to bind; never a CPU-less node
+    nics: tuple[NicChoice, ...]  # best bucket only, nearest/fastest first
+    nvlink_peers: tuple[int, ...]  # indices of GPUs reached over NVLink
+    env: tuple[tuple[str, str], ...]  # (name, value), in a fixed order
+
+
+@dataclass(frozen=True)
+class Placement:
+    gpus: tuple[GpuPlacement, ...]
+    housekeeping: CpuSet  # CPUs reserved, widened to whole cores
+    problems: tuple[str, ...]
+
+
+def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> Placement:
+    """Place every GPU of `topo`.
+
+    `housekeeping` is `"first-core"`, `"none"` or a cpulist. Raises UsageError for anything else.
+    """
+    problems: list[str] = []
+    online = topo.cpus.online
+    siblings = {c.id: (c.siblings & online) | CpuSet({c.id}) for c in topo.cpus.cpus if c.online}
+    cpu_nodes = [n for n in topo.numa_nodes if n.has_cpus and n.cpus & online]
+    gpu_node = {g.address: _cpu_node(g, topo) for g in topo.gpus}
+    gpus_on = {
+        n.id: sorted((g for g in topo.gpus if gpu_node[g.address] == n.id), key=lambda g: g.address)
+        for n in cpu_nodes
+    }
+    reserved = _housekeeping(housekeeping, cpu_nodes, online, siblings, gpus_on, problems)
+
+    slices: dict[PciAddress, CpuSet] = {}
+    for node in cpu_nodes:
+        gpus = gpus_on[node.id]
+        if not gpus:
+            continue
+        cores = _cores((node.cpus & online) - reserved, siblings)
+        if len(cores) < len(gpus):
+            problems.append(
+                f"node {node.id}: {len(cores)} core(s) outside housekeeping for {len(gpus)} GPUs;"
+                f" GPUs {_indices(gpus[len(cores) :])} get no exclusive slice"
+            )
+        for gpu, share in zip(gpus, _split(cores, len(gpus)), strict=True):
+            slices[gpu.address] = CpuSet(cpu for core in share for cpu in core)
+
+    nv = nvlink_counts(topo)
+    pci = {d.address: d for d in topo.pci_devices}
+    index_of = {g.address: g.index for g in topo.gpus}
+    out = []
+    for gpu in sorted(topo.gpus, key=lambda g: g.address):
+        node_id = gpu_node[gpu.address]
+        home = topo.node(node_id) if node_id is not None else None
+        if home is not None:
+            local = home.cpus
+        else:
+            local = gpu.local_cpus or CpuSet()
+            problems.append(
+                f"GPU {gpu.index} ({gpu.address}): NUMA node unknown"
+                f" (numa_source {gpu.numa_source}); no exclusive slice or memory node"
+            )
+        peers = tuple(sorted(index_of[b] for (a, b) in nv if a == gpu.address and b in index_of))
+        nics = nearest_nics(topo, gpu, pci)
+        uuid = gpu.nvml.uuid if gpu.nvml is not None else None
+        out.append(
+            GpuPlacement(
+                index=gpu.index,
+                uuid=uuid,
+                address=gpu.address,
+                numa_node=gpu.numa_node,
+                numa_source=gpu.numa_source,
+                local_cpus=CpuSet(local),
+                slice_cpus=slices.get(gpu.address, CpuSet()),
+                memory_nodes=CpuSet({node_id}) if node_id is not None else CpuSet(),
+                nics=nics,
+                nvlink_peers=peers,
+                env=launcher_env(gpu.index, uuid, nics),
+            )
+        )
+    return Placement(gpus=tuple(out), housekeeping=reserved, problems=tuple(problems))
+
+
+def select_gpus(
+    placement: Placement, selector: str, process_cpus: CpuSet | None = None
+) -> tuple[GpuPlacement, ...]:
+    """The GPUs `selector` names: an index (`"3"`), a UUID (`"GPU-8f..."`), or `"all-local"`
+    (every GPU whose node holds all of `process_cpus`). Raises UsageError naming the selector."""
+    sel = selector.strip()
+    known = ", ".join(str(g.index) for g in placement.gpus) or "none"
+    if sel == "all-local":
+        if process_cpus is None or not process_cpus:
+            raise UsageError("--gpu all-local: the CPUs this process may use are unknown")
+        chosen = tuple(g for g in placement.gpus if g.memory_nodes and process_cpus <= g.local_cpus)
+        if not chosen:
+            raise UsageError(
+                f"--gpu all-local: no GPU's NUMA node holds this process's CPUs"
+                f" {process_cpus.cpulist()} (GPU local CPUs: "
+                + (
+                    "; ".join(f"{g.index}: {g.local_cpus.cpulist() or '?'}" for g in placement.gpus)
+                    or "no GPUs"
+                )
+                + ")"
+            )
+        return chosen
+    if sel.isdigit():
+        for g in placement.gpus:
+            if g.index == int(sel):
+                return (g,)
+        raise UsageError(f"--gpu {selector!r}: no GPU with that index (GPUs: {known})")
+    for g in placement.gpus:
+        if g.uuid is not None and g.uuid.lower() == sel.lower():
+            return (g,)
+    raise UsageError(
+        f"--gpu {selector!r}: not a GPU index, a known UUID or 'all-local' (GPUs: {known})"
+    )
+
+
+def nearest_nics(
+    topo: Topology, gpu: Gpu, pci: Mapping[PciAddress, PciDevice] | None = None
+) -> tuple[NicChoice, ...]:
+    """The NICs closest to `gpu` (see the module docstring for the rule). `pci`: the topology's
+    devices by address, when the caller already has them."""
+    if pci is None:
+        pci = {d.address: d for d in topo.pci_devices}
+    gdev = pci.get(gpu.address)
+    if gdev is None:
+        return ()
+    scored: list[tuple[int, bool, Nic, str]] = []
+    for nic in topo.nics:
+        ndev = pci.get(nic.address)
+        if ndev is None or nic.is_virtual_function:
+            continue
+        bucket = classify(gdev, ndev)
+        if bucket in NIC_BUCKETS:
+            scored.append((RANK[bucket], bool(nic.rdma_devices), nic, bucket))
+    if any(rdma for _, rdma, _, _ in scored):
+        scored = [s for s in scored if s[1]]
+    if not scored:
+        return ()
+    best = min(rank for rank, _, _, _ in scored)
+    chosen = [(nic, bucket) for rank, _, nic, bucket in scored if rank == best]
+    chosen.sort(
+        key=lambda p: (
+            -(p[0].link.current_speed_gts or 0.0),
+            -(p[0].link.current_width or 0),
+            p[0].address,
+        )
+    )
+    return tuple(
+        NicChoice(
+            address=nic.address,
+            rdma=min(nic.rdma_devices, key=natural_key) if nic.rdma_devices else None,
+            netdevs=tuple(sorted((d.name for d in nic.netdevs), key=natural_key)),
+            bucket=bucket,
+            link_speed_gts=nic.link.current_speed_gts,
+            link_width=nic.link.current_width,
+        )
+        for nic, bucket in chosen
+    )
+
+
+def launcher_env(
+    index: int, uuid: str | None, nics: tuple[NicChoice, ...]
+) -> tuple[tuple[str, str], ...]:
+    """The environment a launcher should set for one GPU; variables with nothing to say are
+    left out rather than set empty (an empty NCCL_IB_HCA is not "none", it is "all")."""
+    env = [("CUDA_VISIBLE_DEVICES", uuid or str(index)), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")]
+    hcas = [f"{n.rdma}:{RDMA_PORT}" for n in nics if n.rdma is not None]
+    ifnames = [d for n in nics for d in n.netdevs]
+    if hcas:
+        env.append(("NCCL_IB_HCA", "=" + ",".join(hcas)))
+    if ifnames:
+        env.append(("NCCL_SOCKET_IFNAME", "=" + ",".join(ifnames)))
+    if hcas or ifnames:
+        env.append(("UCX_NET_DEVICES", ",".join(hcas or ifnames)))
+    return tuple(env)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _cpu_node(gpu: Gpu, topo: Topology) -> int | None:
+    """The node whose CPUs serve `gpu`: its own when that node has CPUs, else the one node its
+    local CPUs fall in; None when neither says."""
+    if gpu.numa_node is not None:
+        node = topo.node(gpu.numa_node)
+        if node is not None and node.has_cpus and node.cpus:
+            return node.id
+    if gpu.local_cpus:
+        holders = [n.id for n in topo.numa_nodes if n.has_cpus and gpu.local_cpus & n.cpus]
+        if len(holders) == 1:
+            return holders[0]
+    return None
+
+
+def _cores(cpus: CpuSet, siblings: dict[int, CpuSet]) -> list[CpuSet]:
+    """`cpus` as whole cores, by lowest CPU id. A core with a sibling outside `cpus` (reserved,
+    or on another node) is dropped whole, so no slice shares a core."""
+    seen: set[int] = set()
+    cores = []
+    for cpu in sorted(cpus):
+        if cpu in seen:
+            continue
+        core = siblings.get(cpu, CpuSet({cpu}))
+        seen.update(core)
+        if core <= cpus:
+            cores.append(core)
+    return cores
+
+
+def _split(cores: list[CpuSet], n: int) -> list[list[CpuSet]]:
+    """`cores` into `n` contiguous runs, sizes differing by at most one, longer runs first."""
+    q, r = divmod(len(cores), n)
+    out = []
+    start = 0
+    for i in range(n):
+        size = q + (1 if i < r else 0)
+        out.append(cores[start : start + size])
+        start += size
+    return out
+
+
+def _housekeeping(
+    spec: str,
+    cpu_nodes: list[NumaNode],
+    online: CpuSet,
+    siblings: dict[int, CpuSet],
+    gpus_on: dict[int, list[Gpu]],
+    problems: list[str],
+) -> CpuSet:
+    spec = spec.strip()
+    if spec == "none":
+        return CpuSet()
+    if spec == HOUSEKEEPING_DEFAULT:
+        reserved: set[int] = set()
+        for node in cpu_nodes:
+            node_cpus = node.cpus & online
+            first = siblings.get(min(node_cpus), CpuSet({min(node_cpus)})) & node_cpus
+            n_gpus = len(gpus_on[node.id])
+            if n_gpus and len(_cores(node_cpus - first, siblings)) < n_gpus:
+                problems.append(
+                    f"node {node.id}: housekeeping core {first.cpulist()} left to the GPUs"
+                    f" (only {len(_cores(node_cpus, siblings))} core(s) for {n_gpus} GPU(s))"
+                )
+                continue
+            reserved.update(first)
+        return CpuSet(reserved)
+    try:
+        asked = parse_cpulist(spec)
+    except ParseError as err:
+        raise UsageError(
+            f"housekeeping {spec!r}: expected 'first-core', 'none' or a cpulist ({err})"
+        ) from err
+    missing = asked - online
+    if missing:
+        problems.append(f"housekeeping CPUs {missing.cpulist()} are not online; ignored")
+    widened: set[int] = set()
+    for cpu in asked & online:
+        widened.update(siblings.get(cpu, CpuSet({cpu})))
+    return CpuSet(widened)
+
+
+def _indices(gpus: list[Gpu]) -> str:
+    return ",".join(str(g.index) for g in gpus)
