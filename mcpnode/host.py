@@ -41,7 +41,6 @@ import json
 import os
 import platform
 import re
-import secrets
 import shutil
 import signal
 import stat
@@ -631,7 +630,7 @@ class Host:
         self.makedirs(parent)
         dir_fs = self.fs_path(self.realpath(parent))
         final = dir_fs.rstrip("/") + "/" + parts[-1]
-        tmp = f"{dir_fs.rstrip('/')}/.{parts[-1]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        tmp = f"{dir_fs.rstrip('/')}/.{parts[-1]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
             fd = os.open(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode
