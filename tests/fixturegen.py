@@ -1142,6 +1142,23 @@ def _two_socket_smt(cores: int) -> tuple[str, str]:
     )
 
 
+def connectx7_ib(rdma: str) -> DeviceSpec:
+    """A ConnectX-7 NDR port in InfiniBand mode (class 0x0207), as on HGX/DGX H100 and GH200."""
+    return DeviceSpec(
+        CLASS_INFINIBAND,
+        V_MELLANOX,
+        0x1021,
+        subsystem_device=0x0041,
+        driver="mlx5_core",
+        link=L_GEN5_X16,
+        netdevs=(
+            NetdevSpec("ibp{bus}s{dev}", mtu=4092, speed_mbps=400000, arphrd=ARPHRD_INFINIBAND),
+        ),
+        rdma=(RdmaSpec(rdma),),
+        label="ConnectX-7 NDR (IB)",
+    )
+
+
 def hgx_h100_8gpu_8nic() -> HostSpec:
     """HGX H100 8-GPU, 2x 48-core Xeon (SPR), one Gen5 switch per GPU holding the GPU and its
     ConnectX-7 (IB), each switch under its own root port on its own host bridge."""
@@ -1159,19 +1176,7 @@ def hgx_h100_8gpu_8nic() -> HostSpec:
             link=L_GPU_H100,
             label="H100 80GB HBM3 SXM5",
         )
-        cx7 = DeviceSpec(
-            CLASS_INFINIBAND,
-            V_MELLANOX,
-            0x1021,
-            subsystem_device=0x0041,
-            driver="mlx5_core",
-            link=L_GEN5_X16,
-            netdevs=(
-                NetdevSpec("ibp{bus}s{dev}", mtu=4092, speed_mbps=400000, arphrd=ARPHRD_INFINIBAND),
-            ),
-            rdma=(RdmaSpec(f"mlx5_{nic}"),),
-            label="ConnectX-7 NDR (IB)",
-        )
+        cx7 = connectx7_ib(f"mlx5_{nic}")
         return HostBridgeSpec(
             bus=hb_bus,
             node=node,
@@ -1876,19 +1881,7 @@ def grace_hopper_gh200() -> HostSpec:
         link=L_GPU_H100,
         label="GH200 480GB (Hopper)",
     )
-    cx7 = DeviceSpec(
-        CLASS_INFINIBAND,
-        V_MELLANOX,
-        0x1021,
-        subsystem_device=0x0041,
-        driver="mlx5_core",
-        link=L_GEN5_X16,
-        netdevs=(
-            NetdevSpec("ibp{bus}s{dev}", mtu=4092, speed_mbps=400000, arphrd=ARPHRD_INFINIBAND),
-        ),
-        rdma=(RdmaSpec("mlx5_0"),),
-        label="ConnectX-7 NDR (IB)",
-    )
+    cx7 = connectx7_ib("mlx5_0")
 
     def domain(d: int, child: DeviceSpec, link: LinkSpec) -> HostBridgeSpec:
         rp = PortSpec(V_NVIDIA, grace_rp, slot=(0, 0), link=link, label="Grace root port")

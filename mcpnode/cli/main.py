@@ -128,26 +128,33 @@ def snapshot(root: str, output: Path) -> None:
 PROFILE_HELP = "Profile name: a shipped profile, or one in /etc/mcpnode/profiles (which wins)."
 
 
-def profiles_dir_option(fn: F) -> F:
-    """`--profiles-dir DIR`: the system profiles (default: the shipped `profiles/`)."""
-    return click.option(
-        "--profiles-dir",
-        "profiles_dir",
-        default=None,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="System profiles directory (default: the profiles shipped with mcpnode).",
-    )(fn)
+def _dir_option(flag: str, dest: str, help_text: str) -> Callable[[F], F]:
+    """An optional directory option (None when not given)."""
+
+    def deco(fn: F) -> F:
+        return click.option(
+            flag,
+            dest,
+            default=None,
+            type=click.Path(file_okay=False, path_type=Path),
+            help=help_text,
+        )(fn)
+
+    return deco
 
 
-def state_dir_option(fn: F) -> F:
-    """`--state-dir DIR`: where the journal lives (default: var/lib/mcpnode under the root)."""
-    return click.option(
-        "--state-dir",
-        "state_dir",
-        default=None,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
-    )(fn)
+# `--profiles-dir DIR`: the system profiles (default: the shipped `profiles/`).
+profiles_dir_option = _dir_option(
+    "--profiles-dir",
+    "profiles_dir",
+    "System profiles directory (default: the profiles shipped with mcpnode).",
+)
+# `--state-dir DIR`: where the journal lives (default: var/lib/mcpnode under the root).
+state_dir_option = _dir_option(
+    "--state-dir",
+    "state_dir",
+    "Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
+)
 
 
 def format_option(fn: F) -> F:
