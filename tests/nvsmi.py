@@ -7,7 +7,8 @@ columns: nvidia-smi starts every cell on a TAB stop (multiples of 8), a TAB afte
 at column e lands on the next stop after e, and each further empty cell adds one stop.
 
 Lines before the header (shell prompts, `srun:` chatter, `# SOURCE` comments) are skipped, as
-is everything after the matrix except the `NIC Legend:` entries.
+is everything after the matrix except the `NIC Legend:` entries. ANSI escapes (recent
+nvidia-smi underlines the header row) are removed first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ TAB = 8
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# ANSI CSI sequences (SGR underline `ESC[4m` ... `ESC[0m` and the like).
+_ANSI_CSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class TopoParseError(ValueError):
@@ -98,7 +101,10 @@ def _fields(line: str, tabbed: bool) -> list[str]:
 
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse `nvidia-smi topo -m` output (TAB-separated or TAB-expanded)."""
-    lines = text.splitlines()
+    # nvidia-smi underlines the header with ANSI escapes even when stdout is a file, not a TTY:
+    # `\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m` (seen with driver
+    # 580.159.04 on an H200 KVM guest, 2026-11-30: tests/fixtures/device/h200-kvm-1gpu/).
+    lines = _ANSI_CSI.sub("", text).splitlines()
     header_at = None
     for i, line in enumerate(lines):
         if line.startswith("#"):

@@ -194,7 +194,7 @@ def mcpnode_doc(report: GpuReport, source: str = "nvml") -> dict[str, object]:
                     "width_current": g.pcie_width_current,
                     "width_max": g.pcie_width_max,
                 },
-                "nvlink": {"active": g.nvlink_active},
+                "nvlink": {"active": g.nvlink_active, "total": g.nvlink_total},
             }
         )
     return {
@@ -255,6 +255,41 @@ def test_missing_gpus_and_unavailable_nvml() -> None:
     assert "DIFF 0000:2a:00.0 GPU: nvidia-smi listed | mcpnode absent" in lines
 
 
+@pytest.mark.parametrize(
+    ("nvlink_s", "mcp_active", "mcp_total", "diff"),
+    [
+        # PCIe-only GPU: nvidia-smi nvlink -s prints nothing for it (H200 KVM guest, 580.159.04)
+        ("", 0, 0, None),
+        # an NVLink GPU that nvidia-smi said nothing about stays a difference
+        ("", 0, 18, "nvlink_active: nvidia-smi N/A | mcpnode 0"),
+        ("", 18, 18, "nvlink_active: nvidia-smi N/A | mcpnode 18"),
+        # nvidia-smi lists the GPU without links: 0 == 0, compared as any value
+        (f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {UUID0})\n", 0, 0, None),
+    ],
+)
+def test_no_nvlink_answer(nvlink_s: str, mcp_active: int, mcp_total: int, diff: str | None) -> None:
+    smi = with_nvlinks(sample(), parse_nvlink_status(nvlink_s))
+    smi = dataclasses.replace(smi, gpus=smi.gpus[:1])
+    mcp_gpu = dataclasses.replace(smi.gpus[0], nvlink_active=mcp_active, nvlink_total=mcp_total)
+    mcp, sources = parse_mcpnode_gpus(mcpnode_doc(dataclasses.replace(smi, gpus=(mcp_gpu,))))
+    result = compare_gpus(smi, mcp, sources)
+    assert result.compared == 2 + 15
+    if diff is None:
+        assert result.diffs == ()
+    else:
+        (d,) = result.diffs
+        assert str(d) == (
+            f"DIFF GPU0 0000:18:00.0 {diff}  (no `nvidia-smi nvlink -s` answer for this GPU)"
+        )
+        assert result.notes == ()
+    if nvlink_s == "" and diff is None:
+        assert result.notes == (
+            "GPU0 0000:18:00.0 nvlink_active: no `nvidia-smi nvlink -s` answer, mcpnode 0 of 0 "
+            "links: a GPU without NVLink",
+        )
+        assert "note: GPU0 0000:18:00.0 nvlink_active" in result.report("GPUs")
+
+
 def test_pcie_from_sysfs_is_said() -> None:
     smi = sample()
     mcp_report = dataclasses.replace(
@@ -270,6 +305,41 @@ def test_pcie_from_sysfs_is_said() -> None:
 
 def hgx() -> str:
     return (NVSMI / "hgx-h100-8gpu-8nic.txt").read_text()
+
+
+# `nvidia-smi topo -m > file` verbatim (driver 580.159.04, H200 in a KVM guest, 2026-11-30;
+# tests/fixtures/device/h200-kvm-1gpu/nvidia-smi-topo.txt): the header row is underlined with
+# ANSI SGR escapes although stdout is not a terminal.
+H200_KVM_TOPO = (
+    b"\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    b"GPU0\t X \t0-15\t0\t\tN/A\n"
+    b"\n"
+    b"Legend:\n"
+)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(H200_KVM_TOPO, id="580-ansi-underline"),
+        pytest.param(H200_KVM_TOPO.replace(b"\x1b[4m", b"").replace(b"\x1b[0m", b""), id="plain"),
+        pytest.param(  # bold row labels and a colour with parameters: any CSI goes
+            H200_KVM_TOPO.replace(b"GPU0\t X", b"\x1b[1mGPU0\x1b[22m\t X").replace(
+                b"\x1b[4m", b"\x1b[1;4;32m"
+            ),
+            id="other-sgr",
+        ),
+    ],
+)
+def test_parser_strips_ansi_escapes(raw: bytes) -> None:
+    m = parse_topo_matrix(raw.decode())
+    assert (m.columns, m.rows) == (("GPU0",), ("GPU0",))
+    assert m.cells == {("GPU0", "GPU0"): "X"}
+    assert (m.cpu_affinity, m.numa_affinity, m.gpu_numa_id) == (
+        {"GPU0": "0-15"},
+        {"GPU0": "0"},
+        {"GPU0": "N/A"},
+    )
 
 
 def test_same_matrix_matches() -> None:

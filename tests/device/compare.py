@@ -13,6 +13,8 @@ process's CPUs is a note, not a difference.
 `gpus`: `nvidia-smi -q -x` (and `nvidia-smi nvlink -s` text for NVLink) against
 `mcpnode gpus --format json`, GPUs matched by PCI bus id: index, name, UUID, persistence mode,
 ECC mode, MIG mode, remapped rows pending/failure, PCIe gen/width current/max, active NVLinks.
+`nvidia-smi nvlink -s` says nothing about a GPU without NVLink; when mcpnode counts 0 links of 0
+for it, that is a note, not a difference.
 
 Exit status: 0 all match, 1 something differs (each difference printed), 2 an input could not
 be read or parsed.
@@ -162,9 +164,14 @@ class GpuFacts:
     pcie_width_current: int | None
     pcie_width_max: int | None
     nvlink_active: int | None
+    # Links the GPU has, up or down: only to tell a PCIe-only GPU (0) from one whose NVLink
+    # answer is missing. Not compared: nvidia-smi lists a link count only for NVLink GPUs.
+    nvlink_total: int | None = None
 
 
-COMPARED = tuple(f.name for f in fields(GpuFacts) if f.name not in ("index", "bus_id"))
+COMPARED = tuple(
+    f.name for f in fields(GpuFacts) if f.name not in ("index", "bus_id", "nvlink_total")
+)
 
 
 @dataclass(frozen=True)
@@ -305,7 +312,13 @@ def with_nvlinks(report: GpuReport, status: Iterable[NvlinkStatus]) -> GpuReport
     for g in report.gpus:
         s = by_uuid.get(g.uuid) if g.uuid else None
         s = s or by_index.get(g.index)
-        gpus.append(_replace(g, nvlink_active=None if s is None else s.active))
+        gpus.append(
+            _replace(
+                g,
+                nvlink_active=None if s is None else s.active,
+                nvlink_total=None if s is None else s.total,
+            )
+        )
     return GpuReport(report.driver_version, report.cuda_version, None, tuple(gpus))
 
 
@@ -343,6 +356,7 @@ def parse_mcpnode_gpus(doc: Mapping[str, Any]) -> tuple[GpuReport, dict[str, str
                 pcie_width_current=link["width_current"],
                 pcie_width_max=link["width_max"],
                 nvlink_active=nv["active"],
+                nvlink_total=nv["total"],
             )
         )
     report = GpuReport(
@@ -394,6 +408,15 @@ def compare_gpus(
             compared += 1
             a, b = getattr(s, name), getattr(m, name)
             if a == b:
+                continue
+            if name == "nvlink_active" and a is None and b == 0 and m.nvlink_total == 0:
+                # A GPU without NVLink: `nvidia-smi nvlink -s` prints nothing for it (an H200
+                # passed through to a KVM guest, driver 580.159.04, 2026-11-30) and mcpnode
+                # counts 0 links of 0. With links on mcpnode's side, silence stays a difference.
+                notes.append(
+                    f"GPU{s.index} {s.bus_id} nvlink_active: no `nvidia-smi nvlink -s` answer, "
+                    "mcpnode 0 of 0 links: a GPU without NVLink"
+                )
                 continue
             note = ""
             if name.startswith("pcie_") and (pcie_source or {}).get(s.bus_id) == "sysfs":

@@ -1,0 +1,129 @@
+"""mcpnode replaying a real host: the snapshot of an H200 KVM guest (driver 580.159.04,
+2026-11-30; tests/fixtures/hosts/CAPTURED.md) against what ran on that host.
+
+- `mcpnode topo` / `gpus` on the snapshot agree with the real `nvidia-smi topo -m` and
+  `nvidia-smi -q -x` recorded beside it (tests/fixtures/device/h200-kvm-1gpu/);
+- `mcpnode topo --format json` and `mcpnode audit --format json` on the snapshot equal what
+  mcpnode printed on the host itself, except `generated_at` (the topology JSON names no root,
+  so nothing else may differ);
+- tests/device/check.sh over the snapshot, with a stand-in nvidia-smi printing the recorded
+  outputs, exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from mcpnode.cli.main import cli
+from tests.device.compare import (
+    compare_gpus,
+    compare_topo,
+    parse_mcpnode_gpus,
+    parse_nvlink_status,
+    parse_smi_xml,
+    with_nvlinks,
+)
+from tests.nvsmi import parse_topo_matrix
+from tests.test_device_compare import CHECK, FAKE_NVIDIA_SMI
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE / "fixtures" / "hosts" / "captured-h200-kvm-1gpu"
+DEVICE = HERE / "fixtures" / "device" / "h200-kvm-1gpu"
+BUS = "0000:00:06.0"
+# `nvidia-smi nvlink -s` printed nothing for this GPU: NVLink is not exposed to the guest.
+NVLINK_S = ""
+
+
+def mcpnode(*args: str) -> str:
+    """`mcpnode ARGS --root <the snapshot>`; its stdout (exit 1 is audit's FAIL verdict)."""
+    res = CliRunner().invoke(cli, [*args, "--root", str(ROOT)])
+    assert res.exit_code in (0, 1), res.output
+    return res.stdout
+
+
+def device_json(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DEVICE / name).read_text())
+    return doc
+
+
+def test_the_capture_is_committable() -> None:
+    """git keeps neither empty directories nor absolute paths outside the tree: what is tested
+    here is what a clone has. Absolute symlinks (`dev/fd -> /proc/self/fd`) are the host's own
+    and mcpnode's Host resolves them inside the root."""
+    assert (ROOT / "mcpnode-snapshot.json").is_file()
+    empty = [d for d, dirs, files in os.walk(ROOT) if not dirs and not files]
+    assert empty == []
+
+
+def test_topo_matches_the_real_nvidia_smi() -> None:
+    smi = parse_topo_matrix((DEVICE / "nvidia-smi-topo.txt").read_text())
+    mcp = parse_topo_matrix(mcpnode("topo"))
+    # nvidia-smi ran with every CPU of the VM: its CPU Affinity is not clipped, so no cpuset
+    result = compare_topo(smi, mcp, None)
+    assert result.diffs == (), result.report("topology")
+    assert result.notes == ()
+    assert result.compared == 1 + 3  # GPU0 x GPU0, then CPU / NUMA Affinity, GPU NUMA ID
+    assert (smi.cpu_affinity, smi.numa_affinity, smi.gpu_numa_id) == (
+        {"GPU0": "0-15"},
+        {"GPU0": "0"},
+        {"GPU0": "N/A"},
+    )
+
+
+def test_gpus_match_the_real_nvidia_smi() -> None:
+    smi = with_nvlinks(
+        parse_smi_xml((DEVICE / "nvidia-smi-q.xml").read_text()), parse_nvlink_status(NVLINK_S)
+    )
+    mcp, sources = parse_mcpnode_gpus(json.loads(mcpnode("gpus", "--format", "json")))
+    assert sources == {BUS: "nvml"}
+    result = compare_gpus(smi, mcp, sources)
+    assert result.diffs == (), result.report("GPUs")
+    assert result.compared == 2 + 15  # driver, CUDA; then the index and 14 facts of GPU0
+    (note,) = result.notes  # PCIe-only: nvidia-smi nvlink -s is silent, mcpnode counts 0 of 0
+    assert note.startswith(f"GPU0 {BUS} nvlink_active:")
+    (g,) = mcp.gpus
+    assert (g.name, g.pcie_gen_current, g.pcie_width_current) == ("NVIDIA H200", 5, 16)
+
+
+def test_topo_json_replays_as_on_the_host() -> None:
+    replayed = json.loads(mcpnode("topo", "--format", "json"))
+    assert replayed == device_json("mcpnode-topo.json")
+
+
+def test_audit_replays_as_on_the_host() -> None:
+    replayed = json.loads(mcpnode("audit", "--format", "json"))
+    on_host = device_json("mcpnode-audit.json")
+    assert replayed["result"] == on_host["result"] == "fail"  # base profile's sysctls not applied
+    findings = {(f["id"], f["subject"]): f for f in replayed["findings"]}
+    want = {(f["id"], f["subject"]): f for f in on_host["findings"]}
+    assert list(findings) == list(want)
+    for key, f in want.items():
+        assert findings[key] == f, key
+    del replayed["generated_at"], on_host["generated_at"]
+    assert replayed == on_host
+
+
+def test_check_sh_agrees_on_the_capture(tmp_path: Path) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    (fake / "topo.txt").write_bytes((DEVICE / "nvidia-smi-topo.txt").read_bytes())
+    (fake / "q.xml").write_bytes((DEVICE / "nvidia-smi-q.xml").read_bytes())
+    (fake / "nvlink.txt").write_text(NVLINK_S)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHON=sys.executable)
+    env["MCPNODE_ROOT"] = str(ROOT)
+    proc = subprocess.run(
+        ["bash", str(CHECK)], env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DIFF" not in proc.stdout
+    assert f"note: GPU0 {BUS} nvlink_active:" in proc.stdout
+    assert "check.sh: mcpnode and nvidia-smi agree" in proc.stdout
