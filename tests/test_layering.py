@@ -12,6 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 # Lower layers first; a module may import only from its own layer or below.
 LAYERS = [
     "errors",
+    "logs",
     "host_tar",
     "host",
     "topology",
@@ -19,6 +20,8 @@ LAYERS = [
     "audit",
     "placement",
     "snapshot",
+    "fleet",
+    "agent",
     "cli",
 ]
 ALLOWED_EXTRA = {"__init__": 0, "__main__": len(LAYERS)}

@@ -26,9 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# Imported here so that forked children do not import them again, each time.
-import mcpnode.cli.logs
 import mcpnode.cli.render_tuning
+
+# Imported here so that forked children do not import them again, each time.
+import mcpnode.logs
 import mcpnode.tuning.apply  # noqa: F401
 from mcpnode import host as host_module
 from mcpnode.cli.main import main

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+import mcpnode.cli.render_tuning
+
 # The child that drops to nobody cannot read this interpreter's standard library (it lives under
 # /root here), so everything `apply` imports lazily is imported now, by the parent.
-import mcpnode.cli.logs
-import mcpnode.cli.render_tuning
+import mcpnode.logs
 import mcpnode.tuning.apply  # noqa: F401
 from mcpnode.host import Host
 from mcpnode.tuning import privilege

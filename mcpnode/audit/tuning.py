@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcpnode.audit.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, McpnodeError
@@ -23,6 +24,7 @@ class TuningFacts:
     report: VerifyReport | None
     overrides: tuple[Assignment, ...]
     error: str | None  # the profile did not load (unknown name, bad TOML)
+    agent: AgentState | None = None  # what a running `mcpnode agent` published
 
 
 def collect(host: Host, ctx: AuditContext) -> TuningFacts:
@@ -33,13 +35,43 @@ def collect(host: Host, ctx: AuditContext) -> TuningFacts:
             ctx.profile, host, Path(ctx.profiles_dir) if ctx.profiles_dir else None
         )
     except McpnodeError as err:
-        return TuningFacts(ctx.profile, None, (), f"{type(err).__name__}: {err}")
+        return TuningFacts(
+            ctx.profile, None, (), f"{type(err).__name__}: {err}", read_agent_state(host)
+        )
     report = verify(host, profile)
     overrides = find_overrides(host, persisted_values(report.plan))
-    return TuningFacts(ctx.profile, report, overrides, None)
+    return TuningFacts(ctx.profile, report, overrides, None, read_agent_state(host))
 
 
 def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
+    return [*_compliance(facts, ctx), *_contested(facts)]
+
+
+def _contested(facts: TuningFacts) -> list[Finding]:
+    """Keys the agent stopped remediating: something else keeps setting them. WARN, because
+    tuning.drift already FAILs the key while it is off-profile; this names the cause."""
+    agent = facts.agent
+    if agent is None:
+        return []
+    return [
+        Finding(
+            "tuning.contested",
+            Status.WARN,
+            f"mcpnode agent (pid {agent.pid}) stopped remediating {c.key}: another owner "
+            f"changed it back {c.remediations} times within {c.window_s:g} s",
+            (
+                Evidence(AGENT_STATE_PATH, f"given up at {c.since}; value seen {c.value}"),
+                Evidence(f"profile {agent.profile}", f"drift mode {agent.drift_mode}"),
+            ),
+            "Find the other owner (tuned, a Kubernetes node-tuning operator, a sysctl.d file, "
+            "a cron job), stop it from setting the key, then `systemctl reload mcpnode`",
+            c.key,
+        )
+        for c in agent.contested
+    ]
+
+
+def _compliance(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
     name = facts.profile
     if facts.report is None:
         return [
@@ -146,9 +178,14 @@ def _remedy(key: str, wanted: str | None, profile: str) -> str:
 
 
 def configured_profile(host: Host) -> str:
-    """The profile this host was tuned with: the `# profile: NAME` header `mcpnode apply
-    --persist` writes in /etc/sysctl.d/90-mcpnode.conf; "base" when nothing was persisted."""
+    """The profile this host is tuned with: the one a running agent enforces (its state file),
+    else the `# profile: NAME` header `mcpnode apply --persist` writes in
+    /etc/sysctl.d/90-mcpnode.conf; "base" when neither says."""
     from mcpnode.tuning.paths import PERSIST_PATH
+
+    agent = read_agent_state(host)
+    if agent is not None:
+        return agent.profile
 
     try:
         text = host.read_optional(PERSIST_PATH)

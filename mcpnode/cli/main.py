@@ -254,8 +254,8 @@ def apply(
 ) -> None:
     """Apply a tuning profile: journal the originals, write, undo everything on a failure."""
     from mcpnode.cli import render_tuning
-    from mcpnode.cli.logs import configure_logging
     from mcpnode.host import Host
+    from mcpnode.logs import configure_logging
     from mcpnode.tuning.apply import apply_profile
     from mcpnode.tuning.profile import load_profile
 
@@ -302,8 +302,8 @@ def verify(
 def rollback(root: str, state_dir: Path | None, fmt: str) -> None:
     """Restore the original values from the journal, remove the persisted file and journal."""
     from mcpnode.cli import render_tuning
-    from mcpnode.cli.logs import configure_logging
     from mcpnode.host import Host
+    from mcpnode.logs import configure_logging
     from mcpnode.tuning.apply import rollback as rollback_tuning
 
     configure_logging()

@@ -6,6 +6,7 @@ goes through the Host it is given.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,24 @@ from mcpnode.audit.tuning import configured_profile
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import build_manifest
-from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT, plan_placement
+from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT, Placement, plan_placement
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.verify import VerifyReport, verify
 
 MACHINE_ID_PATH = "/etc/machine-id"
+
+
+@dataclass(frozen=True)
+class Built:
+    """One pass over the machine: the manifest and what it was made of, so the agent can
+    render its exporters from the same discovery and audit instead of redoing both."""
+
+    manifest: dict[str, Any]
+    topology: Topology
+    placement: Placement
+    audit: AuditReport
 
 
 def make_manifest(
@@ -40,6 +52,20 @@ def make_manifest(
     device events). Raises RootError / HostError when discovery cannot run, UsageError for a
     bad `housekeeping`; a profile that cannot be loaded is recorded in the tuning section, and
     a failing audit area in the audit's problems, never raised."""
+    return build_all(
+        host, now=now, housekeeping=housekeeping, profiles_dir=profiles_dir, topology=topology
+    ).manifest
+
+
+def build_all(
+    host: Host,
+    *,
+    now: datetime | None = None,
+    housekeeping: str = HOUSEKEEPING_DEFAULT,
+    profiles_dir: Path | None = None,
+    topology: Topology | None = None,
+) -> Built:
+    """make_manifest, keeping the topology, placement and audit report it was built from."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
     profile = configured_profile(host)
@@ -59,7 +85,7 @@ def make_manifest(
         problems=tuple(problems),
         profile=profile,
     )
-    return build_manifest(
+    manifest = build_manifest(
         topo,
         placement,
         tuning,
@@ -69,6 +95,7 @@ def make_manifest(
         driver=ctx.driver_version,
         housekeeping=housekeeping,
     )
+    return Built(manifest, topo, placement, audit)
 
 
 def read_machine_id(host: Host) -> str | None:

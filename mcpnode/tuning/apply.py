@@ -16,7 +16,7 @@ Every write logs one structlog event with key, old, new and result.
 from __future__ import annotations
 
 import errno as errno_mod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import structlog
@@ -191,9 +191,14 @@ def apply_profile(
     *,
     persist: bool = False,
     dry_run: bool = False,
+    hold: frozenset[str] = frozenset(),
     log: Any | None = None,
 ) -> ApplyResult:
     """Apply `profile` to `host`, journaling originals in `store` first.
+
+    `hold` names keys left exactly as they are: not written, not restored, their journal
+    entries kept. The agent holds the keys it gave up remediating (another owner keeps
+    changing them): writing the profile's value or the original back would both be fighting.
 
     Raises JournalError before any write when the journal cannot be trusted, ApplyFailed when a
     write fails (after undoing the earlier ones), RollbackIncomplete when undoing an interrupted
@@ -214,6 +219,10 @@ def apply_profile(
             recovered = _restore_everything(host, store, journal, log)
             journal = None
     entries = journal.entries if journal is not None else ()
+    held = tuple(e for e in entries if e.key in hold)
+    entries = tuple(e for e in entries if e.key not in hold)
+    if hold:
+        profile = replace(profile, settings=tuple(x for x in profile.settings if x.key not in hold))
     extra = [e.path for e in entries]
 
     state = read_state(host, profile, extra)
@@ -255,7 +264,8 @@ def apply_profile(
     # Journal first: every original this run may overwrite, before the first write.
     base = journal if journal is not None else Journal("applied", profile.name, ())
     planned_paths = {i.path for i in current.items if i.path}
-    kept = [e for e in base.entries if e.path in planned_paths]  # the rest are restored now
+    # The rest are restored now; held keys keep their entries untouched.
+    kept = [e for e in base.entries if e.path in planned_paths or e in held]
     known = {e.path for e in base.entries}
     added = [
         JournalEntry(i.key, i.path, restorable(i.current))

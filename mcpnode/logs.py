@@ -16,9 +16,16 @@ def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
 
 
-def configure_logging() -> None:
-    """Idempotent; called by the commands that change the host."""
-    as_json = bool(os.environ.get("JOURNAL_STREAM")) or not sys.stderr.isatty()
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+def configure_logging(fmt: str = "auto", level: str = "debug") -> None:
+    """Idempotent; called by the commands that change the host, and by the agent at start and
+    on every reload (its config names `fmt` auto|json|console and the minimum `level`)."""
+    if fmt == "auto":
+        as_json = bool(os.environ.get("JOURNAL_STREAM")) or not sys.stderr.isatty()
+    else:
+        as_json = fmt == "json"
     renderer: Any = (
         structlog.processors.JSONRenderer(sort_keys=False)
         if as_json
@@ -31,5 +38,6 @@ def configure_logging() -> None:
             renderer,
         ],
         logger_factory=_stderr_logger,
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS.get(level, 10)),
         cache_logger_on_first_use=False,
     )
