@@ -18,6 +18,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 8. Manifest: build + publish on the HGX fixture in process (target < 20 ms), and 1,000
    read-while-republish rounds with a reader process (partial reads must be 0)
    (bench/bench_manifest.py).
+9. Agent: idle CPU and RSS of a running `mcpnode agent`, drift written -> restored at the
+   default interval, injected udev event -> manifest republished, and one reconcile cycle of
+   a 60-key profile (bench/bench_agent.py).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -39,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_agent import bench_agent  # noqa: E402
 from bench_manifest import bench_manifest  # noqa: E402
 from bench_tuning import bench_tuning  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
@@ -314,6 +318,7 @@ def main() -> None:
             "tuning": bench_tuning(),
             "audit": bench_audit(),
             "manifest": bench_manifest(),
+            "agent": bench_agent(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

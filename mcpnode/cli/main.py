@@ -626,6 +626,42 @@ def systemd_dropin(
     click.echo(f"wrote {path}; run `systemctl daemon-reload` and restart {name}", err=True)
 
 
+@cli.command()
+@click.option(
+    "--config",
+    "config_path",
+    default="/etc/mcpnode/mcpnode.toml",
+    show_default=True,
+    metavar="PATH",
+    help="Agent configuration (docs/config.md); under --root.",
+)
+@root_option
+@profiles_dir_option
+@click.option("--inject-fd", type=int, default=None, hidden=True, help="Read JSON device events.")
+def agent(config_path: str, root: str, profiles_dir: Path | None, inject_fd: int | None) -> None:
+    """Run the node agent (systemd Type=notify): tune, watch devices and drift, publish."""
+    from mcpnode.agent.service import Agent
+    from mcpnode.host import Host
+    from mcpnode.logs import configure_logging
+
+    configure_logging("auto", "info")
+    with Host(root) as host, Host("/") as live:
+        code = Agent(host, live, config_path, profiles_dir=profiles_dir, inject_fd=inject_fd).run()
+    sys.exit(code)
+
+
+def _register() -> None:
+    # Groups defined in their own modules (they import nothing heavy at load time).
+    from mcpnode.cli.config_cmd import config
+    from mcpnode.cli.fleet import fleet_report
+
+    cli.add_command(config)
+    cli.add_command(fleet_report)
+
+
+_register()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps mcpnode's errors to exit codes and one-line messages."""
     try:

@@ -1,0 +1,616 @@
+"""`mcpnode agent`: the long-running service. One thread, one loop (loop.py).
+
+Lifecycle (DESIGN.md, Agent; issue 7):
+  start   config -> profile -> recover an interrupted apply -> discover -> apply the profile
+          -> state file -> publish manifest + exporters -> metrics -> event sources -> READY=1
+  loop    drift timer (verify; remediate or report; FlapGuard), process-scan timer (auto-pin),
+          watchdog timer, udev/netlink/injected device events (debounced rediscovery and
+          republish), signals
+  SIGHUP  RELOADING=1 -> new config and profile (a bad one is rejected, the old kept) ->
+          apply the difference -> republish -> READY=1
+  SIGTERM STOPPING=1 -> rollback when configured -> exit 0
+
+Exit codes: 0 clean stop; 78 (EX_CONFIG) a configuration or profile that cannot be used at
+start, so the node is never left running untuned on defaults nobody chose (tuned#851); 1 any
+other failure at start (unreadable journal, unusable root) or an incomplete rollback at stop.
+
+Every effect is logged as one structlog event with fields: each write (tuning/apply.py),
+`drift`, `drift.remediated`, `drift.contested`, `pin`, `rediscover`, `manifest.published`,
+`config.reloaded` / `config.rejected`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from mcpnode import __version__
+from mcpnode.agent.config import AgentConfig, ConfigError, load_config
+from mcpnode.agent.drift import FlapGuard
+from mcpnode.agent.loop import Loop, Timer
+from mcpnode.agent.notify import Notifier
+from mcpnode.agent.sources import UDEV_CONTROL, DeviceEvent
+from mcpnode.audit.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
+from mcpnode.errors import HostError, McpnodeError
+from mcpnode.host import Host
+from mcpnode.placement.build import Built, build_all
+from mcpnode.placement.exporters.inputs import summarize
+from mcpnode.placement.exporters.write import KINDS
+from mcpnode.placement.manifest import content_hash, publish
+from mcpnode.topology.discover import discover
+from mcpnode.topology.model import Topology
+from mcpnode.topology.nvml import GpuBackend, open_backend
+from mcpnode.tuning.apply import ApplyResult, apply_profile, recover, rollback
+from mcpnode.tuning.errors import ApplyFailed
+from mcpnode.tuning.journal import JournalStore
+from mcpnode.tuning.profile import Profile, load_profile
+from mcpnode.tuning.verify import VerifyReport, verify
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 78  # EX_CONFIG, sysexits.h; the unit's RestartPreventExitStatus=78
+
+
+class StartupFailed(McpnodeError):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Agent:
+    def __init__(
+        self,
+        host: Host,
+        live: Host,
+        config_path: str,
+        *,
+        profiles_dir: Path | None = None,
+        notifier: Notifier | None = None,
+        inject_fd: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        log: Any | None = None,
+    ) -> None:
+        self.host = host
+        self.live = live
+        self.config_path = config_path
+        self.profiles_dir = profiles_dir
+        self.notifier = notifier if notifier is not None else Notifier()
+        self.inject_fd = inject_fd
+        self.clock = clock
+        self.log = log if log is not None else structlog.get_logger("mcpnode.agent")
+        self.store = JournalStore(host)
+        self.config = AgentConfig()
+        self.profile: Profile | None = None
+        self.loop = Loop(self.log, clock, on_latency=self._on_latency)
+        self.metrics: Any = None
+        self.server: Any = None
+        self.pinner: Any = None
+        self.backend: GpuBackend | None = None
+        self.topology: Topology | None = None
+        self.built: Built | None = None
+        self.guard = FlapGuard(3, 600.0)
+        self.sources: list[Any] = []
+        self.started_at = _now()
+        self.exit_code = EXIT_OK
+        self._manifest_hash: str | None = None
+        self._exports: dict[str, str] = {}
+        self._drifted: frozenset[str] = frozenset()
+        self._last_apply = "none"
+        self._pinned = 0
+        self._timers: dict[str, Timer] = {}
+        self._rediscover_reason: list[str] = []
+
+    # -- start ------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start, serve until SIGTERM/SIGINT, stop. Returns the process exit code."""
+        try:
+            self._start()
+        except StartupFailed as err:
+            self.log.error("agent.start-failed", error=str(err), exit=err.code)
+            self.notifier.notify(f"STATUS=start failed: {' '.join(str(err).split())}")
+            self._close()
+            return err.code
+        try:
+            self.loop.run()
+        finally:
+            self._close()
+        return self.exit_code
+
+    def _start(self) -> None:
+        try:
+            self.config = load_config(self.host, self.config_path)
+            self.profile = load_profile(self.config.profile, self.host, self.profiles_dir)
+        except ConfigError as err:
+            raise StartupFailed(EXIT_CONFIG, f"configuration rejected: {err}") from err
+        except McpnodeError as err:
+            raise StartupFailed(
+                EXIT_CONFIG, f"{self.config_path}: tuning.profile: {type(err).__name__}: {err}"
+            ) from err
+        self._configure_logging()
+        self.guard = FlapGuard(self.config.max_remediations, self.config.flap_window)
+        from mcpnode.agent.metrics import AgentMetrics
+
+        self.metrics = AgentMetrics()
+        self.log.info(
+            "agent.start",
+            version=__version__,
+            pid=os.getpid(),
+            root=self.host.root,
+            config=self.config.file,
+            profile=self.config.profile,
+            drift_mode=self.config.drift_mode,
+            drift_interval_s=self.config.drift_interval,
+        )
+        try:
+            recovered = recover(self.host, self.store, self.log)
+        except McpnodeError as err:
+            raise StartupFailed(EXIT_FAILED, f"recovering the tuning journal: {err}") from err
+        if recovered:
+            self.log.warning("agent.recovered", keys=[o.key for o in recovered])
+        try:
+            self.backend = open_backend(self.host)
+            self.topology = discover(self.host, self.backend)
+        except McpnodeError as err:
+            raise StartupFailed(EXIT_FAILED, f"discovery: {err}") from err
+        self._apply("start")
+        self._write_state()
+        self._publish("start")
+        self._start_metrics()
+        self._start_sources()
+        self._schedule("drift", self.config.drift_interval, self._drift_tick)
+        if self.config.autopin:
+            self._start_pinner()
+            self._schedule("pin", 0.0, self._pin_tick)
+        if self.notifier.watchdog_interval is not None:
+            self._schedule("watchdog", 0.0, self._watchdog_tick)
+        self.metrics.set_ready(True)
+        self.notifier.ready(self.status_line())
+        self.log.info("agent.ready", status=self.status_line())
+
+    def _configure_logging(self) -> None:
+        from mcpnode.logs import configure_logging
+
+        configure_logging(self.config.log_format, self.config.log_level)
+
+    def _start_metrics(self) -> None:
+        address = self.config.metrics_address
+        if address is None:
+            return
+        from mcpnode.agent.metrics import MetricsServer
+
+        try:
+            self.server = MetricsServer(self.loop, self.metrics, address[0], address[1], self.log)
+        except McpnodeError as err:
+            # Metrics are for watching the agent; the node's tuning must not depend on a port.
+            self.log.error("metrics.unavailable", listen=self.config.metrics_listen, error=str(err))
+            self.server = None
+            return
+
+    def _start_sources(self) -> None:
+        from mcpnode.agent.sources import InjectSource, LinkSource, SignalSource, UdevSource
+
+        self._add_source(SignalSource(self._on_signal))
+        group = self.config.udev_source
+        if group == "auto":
+            group = "udev" if self.live.exists(UDEV_CONTROL) else "kernel"
+        if group != "off":
+            try:
+                self._add_source(UdevSource(self._on_device_event, group))
+            except Exception as err:  # libudev missing, EPERM on netlink: run without it
+                self.log.error(
+                    "udev.unavailable", group=group, error=f"{type(err).__name__}: {err}"
+                )
+        try:
+            self._add_source(LinkSource(self._on_device_event))
+        except OSError as err:
+            self.log.error("netlink.unavailable", error=str(err))
+        if self.inject_fd is not None:
+            self._add_source(
+                InjectSource(self.inject_fd, self._on_device_event, self._on_bad_inject)
+            )
+
+    def _add_source(self, source: Any) -> None:
+        self.sources.append(source)
+        self.loop.add_reader(source, source.on_readable, source.name)
+
+    def _start_pinner(self) -> None:
+        from mcpnode.agent.autopin import AutoPinner
+
+        self.pinner = AutoPinner(self.live, self.config.pin_rules, self.config.pin_scope, self.log)
+
+    # -- timers -----------------------------------------------------------------------------------
+
+    def _schedule(self, name: str, delay: float, callback: Callable[[], None]) -> None:
+        old = self._timers.get(name)
+        if old is not None:
+            old.cancel()
+        self._timers[name] = self.loop.call_later(delay, callback, name)
+
+    def _on_latency(self, name: str, late_s: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_loop_latency(name, late_s)
+
+    def _watchdog_tick(self) -> None:
+        self.notifier.watchdog()
+        interval = self.notifier.watchdog_interval
+        if interval is not None:
+            self._schedule("watchdog", interval, self._watchdog_tick)
+
+    def _drift_tick(self) -> None:
+        try:
+            self.reconcile()
+        finally:
+            self._schedule("drift", self.config.drift_interval, self._drift_tick)
+
+    def reconcile(self) -> VerifyReport | None:
+        """One drift cycle: verify, then remediate or report. Returns the verify report."""
+        assert self.profile is not None
+        start = time.perf_counter()
+        self.metrics.count_event("timer")
+        try:
+            report = verify(self.host, self.profile)
+        except McpnodeError as err:
+            self.log.error("drift.verify-failed", error=str(err))
+            return None
+        drifted = frozenset(d.key for d in report.drift)
+        for d in report.drift:
+            if d.key in self._drifted or self.guard.is_contested(d.key):
+                continue
+            self.metrics.count_drift_detected(d.key)
+            self.log.warning(
+                "drift",
+                key=d.key,
+                expected=d.expected,
+                actual=d.actual,
+                mode=self.config.drift_mode,
+            )
+        contested_before = self.guard.held()
+        if self.config.drift_mode == "remediate" and report.drift:
+            self._remediate(report)
+        self.metrics.observe_reconcile(time.perf_counter() - start)
+        changed = drifted != self._drifted or self.guard.held() != contested_before
+        self._drifted = drifted - self._remediated_now
+        self.metrics.set_drift_state(drifted, self.guard.held())
+        if changed:
+            self.notifier.status(self.status_line())
+        if self.guard.held() != contested_before:
+            self._write_state()
+            self._publish("contested")
+        return report
+
+    _remediated_now: frozenset[str] = frozenset()
+
+    def _remediate(self, report: VerifyReport) -> None:
+        assert self.profile is not None
+        now = self.clock()
+        fix = []
+        for d in report.drift:
+            if self.guard.is_contested(d.key):
+                continue
+            if self.guard.may_remediate(d.key, now):
+                fix.append(d.key)
+                continue
+            c = self.guard.give_up(d.key, now, d.actual)
+            self.log.error(
+                "drift.contested",
+                key=d.key,
+                remediations=c.remediations,
+                window_s=c.window_s,
+                value=d.actual,
+                hint="another owner keeps changing this key; remediation stopped until reload",
+            )
+        self._remediated_now = frozenset()
+        if not fix:
+            return
+        result = self._apply("drift", hold=self.guard.held())
+        if result is None:
+            return
+        done = set()
+        for o in result.writes:
+            if o.failed:
+                continue
+            done.add(o.key)
+            self.guard.remediated(o.key, now)
+            self.metrics.count_drift_remediated(o.key)
+            self.log.info("drift.remediated", key=o.key, old=o.old, new=o.new)
+        self._remediated_now = frozenset(done)
+
+    def _pin_tick(self) -> None:
+        try:
+            if self.pinner is not None and self.built is not None:
+                self.metrics.count_event("timer")
+                result = self.pinner.scan(self.built.topology, self.built.placement, self.backend)
+                for event in result.pinned:
+                    self.metrics.count_pin(event.rule)
+                self._pinned = result.tracked
+                self.metrics.set_pinned_processes(result.tracked)
+                if result.pinned:
+                    self.notifier.status(self.status_line())
+                    self._write_state()
+        finally:
+            if self.config.autopin:
+                self._schedule("pin", self.config.pin_interval, self._pin_tick)
+
+    # -- effects ----------------------------------------------------------------------------------
+
+    def _apply(self, reason: str, hold: frozenset[str] = frozenset()) -> ApplyResult | None:
+        assert self.profile is not None
+        try:
+            result = apply_profile(
+                self.host,
+                self.profile,
+                self.store,
+                persist=self.config.persist and reason != "drift",
+                hold=hold,
+                log=self.log,
+            )
+        except ApplyFailed as err:
+            self._last_apply = "failed"
+            self.metrics.record_apply("failed", 0)
+            self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=str(err))
+            return None
+        except McpnodeError as err:
+            self._last_apply = "failed"
+            self.metrics.record_apply("failed", 0)
+            self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=str(err))
+            return None
+        failed = [o for o in result.writes if o.failed]
+        self._last_apply = "failed" if failed else "ok"
+        self.metrics.record_apply("failed" if failed else "ok", len(result.writes))
+        if reason != "drift" or result.writes:
+            self.log.info(
+                "apply",
+                reason=reason,
+                profile=self.profile.name,
+                writes=len(result.writes),
+                restored=sum(1 for r in result.restores if r.action == "set"),
+                unchanged=sum(1 for i in result.plan.items if i.action == "ok"),
+            )
+        return result
+
+    def _write_state(self) -> None:
+        state = AgentState(
+            pid=os.getpid(),
+            profile=self.config.profile,
+            config=self.config.file,
+            drift_mode=self.config.drift_mode,
+            started_at=self.started_at,
+            updated_at=_now(),
+            contested=self.guard.contested(),
+            pinned=self._pinned,
+        )
+        try:
+            write_agent_state(self.host, state)
+        except HostError as err:
+            self.log.error("state.write-failed", path=AGENT_STATE_PATH, error=str(err))
+
+    def _publish(self, reason: str) -> None:
+        """Build the manifest and the configured exporters from one discovery and one audit;
+        write each file only when its content changed (readers watching mtimes stay quiet)."""
+        assert self.topology is not None
+        try:
+            built = build_all(
+                self.host,
+                housekeeping=self.config.housekeeping,
+                profiles_dir=self.profiles_dir,
+                topology=self.topology,
+            )
+        except McpnodeError as err:
+            self.log.error("manifest.build-failed", reason=reason, error=str(err))
+            return
+        self.built = built
+        self.metrics.set_inventory(len(built.topology.gpus), len(built.topology.nics))
+        self.metrics.set_audit_findings(built.audit.findings)
+        digest = content_hash(built.manifest)
+        if digest != self._manifest_hash:
+            try:
+                path = publish(self.host, built.manifest)
+            except HostError as err:
+                self.log.error("manifest.publish-failed", reason=reason, error=str(err))
+            else:
+                self._manifest_hash = digest
+                self.log.info(
+                    "manifest.published",
+                    reason=reason,
+                    path=path,
+                    hash=digest,
+                    gpus=len(built.topology.gpus),
+                    nics=len(built.topology.nics),
+                )
+        summary = summarize(built.audit)
+        for kind in self.config.export_kinds:
+            k = KINDS[kind]
+            try:
+                text = k.render(built.topology, built.placement, summary)
+                if self._exports.get(kind) == text:
+                    continue
+                self.host.write_file_atomic(k.path, text.encode(), mode=0o644)
+            except McpnodeError as err:
+                self.log.error("export.failed", kind=kind, path=k.path, error=str(err))
+                continue
+            self._exports[kind] = text
+            self.log.info("export.written", kind=kind, path=k.path, reason=reason)
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _on_device_event(self, event: DeviceEvent) -> None:
+        source_name = event.source if event.source in ("udev", "netlink") else "inject"
+        self.metrics.count_event(source_name)
+        relevant = self._relevant(event)
+        log = self.log.info if relevant else self.log.debug
+        log(
+            "device.event",
+            source=event.source,
+            action=event.action,
+            subsystem=event.subsystem,
+            device=event.name,
+            detail=event.detail,
+        )
+        if relevant:
+            self._rediscover_reason.append(f"{event.source}:{event.action}:{event.name}")
+            self._schedule("rediscover", self.config.debounce, self._rediscover)
+
+    def _relevant(self, event: DeviceEvent) -> bool:
+        """Whether an event can change the manifest: any PCI or RDMA device, and network
+        interfaces of the NICs discovered (a Kubernetes node churns veths all day)."""
+        if event.action == "overrun" or event.subsystem in ("pci", "infiniband"):
+            return True
+        if "/virtual/" in event.detail:
+            return False
+        names = {d.name for n in (self.topology.nics if self.topology else ()) for d in n.netdevs}
+        return event.source != "netlink" or event.name in names
+
+    def _on_bad_inject(self, why: str) -> None:
+        self.log.warning("inject.bad-event", error=why)
+
+    def _rediscover(self) -> None:
+        reasons, self._rediscover_reason = self._rediscover_reason, []
+        start = time.perf_counter()
+        before = self.topology
+        # A hot-added or removed GPU is only seen by NVML after a fresh init.
+        if self.backend is not None:
+            self.backend.close()
+        try:
+            self.backend = open_backend(self.host)
+            self.topology = discover(self.host, self.backend)
+        except McpnodeError as err:
+            self.log.error("rediscover.failed", error=str(err), events=reasons)
+            return
+        self.metrics.count_rediscovery()
+        old_gpus = {str(g.address) for g in (before.gpus if before else ())}
+        new_gpus = {str(g.address) for g in self.topology.gpus}
+        old_nics = {str(n.address) for n in (before.nics if before else ())}
+        new_nics = {str(n.address) for n in self.topology.nics}
+        self._publish("rediscover")
+        self.log.info(
+            "rediscover",
+            events=len(reasons),
+            first=reasons[0] if reasons else None,
+            gpus_added=sorted(new_gpus - old_gpus),
+            gpus_removed=sorted(old_gpus - new_gpus),
+            nics_added=sorted(new_nics - old_nics),
+            nics_removed=sorted(old_nics - new_nics),
+            ms=round((time.perf_counter() - start) * 1000, 1),
+        )
+        self.notifier.status(self.status_line())
+
+    def _on_signal(self, signum: int) -> None:
+        import signal
+
+        self.metrics.count_event("signal")
+        if signum == signal.SIGHUP:
+            self.reload()
+        elif signum in (signal.SIGTERM, signal.SIGINT):
+            self.stop(signal.Signals(signum).name)
+
+    # -- reload and stop --------------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Re-read config and profile; apply the difference. A bad config keeps the old one."""
+        self.notifier.reloading()
+        old = self.config
+        try:
+            config = load_config(self.host, self.config_path)
+            profile = load_profile(config.profile, self.host, self.profiles_dir)
+        except McpnodeError as err:
+            self.metrics.count_config_reload("rejected")
+            self.log.error("config.rejected", error=str(err), kept=old.file, profile=old.profile)
+            self.notifier.ready(self.status_line())
+            return False
+        self.config, self.profile = config, profile
+        self._configure_logging()
+        # The operator reloads after fixing the other owner of a contested key: start afresh.
+        self.guard = FlapGuard(config.max_remediations, config.flap_window)
+        self._drifted = frozenset()
+        self._apply("reload")
+        if config.metrics_listen != old.metrics_listen:
+            if self.server is not None:
+                self.server.close()
+                self.server = None
+            self._start_metrics()
+        if config.autopin and (not old.autopin or config.pin_rules != old.pin_rules):
+            self._start_pinner()
+            self._schedule("pin", 0.0, self._pin_tick)
+        elif not config.autopin and old.autopin:
+            self.pinner = None
+            timer = self._timers.pop("pin", None)
+            if timer is not None:
+                timer.cancel()
+        self._schedule("drift", config.drift_interval, self._drift_tick)
+        self._write_state()
+        self._exports = {k: v for k, v in self._exports.items() if k in config.export_kinds}
+        self._publish("reload")
+        self.metrics.count_config_reload("ok")
+        self.log.info(
+            "config.reloaded",
+            config=config.file,
+            profile=config.profile,
+            previous_profile=old.profile,
+            drift_mode=config.drift_mode,
+        )
+        self.notifier.ready(self.status_line())
+        return True
+
+    def stop(self, why: str) -> None:
+        self.notifier.stopping(f"stopping ({why})")
+        self.log.info("agent.stopping", signal=why, rollback=self.config.rollback)
+        if self.config.rollback == "on-stop":
+            try:
+                result = rollback(self.host, self.store, self.log)
+            except McpnodeError as err:
+                self.log.error("rollback.failed", error=str(err))
+                self.exit_code = EXIT_FAILED
+            else:
+                self.log.info("rollback", profile=result.profile, restored=len(result.outcomes))
+        self.loop.stop()
+
+    def _close(self) -> None:
+        for source in self.sources:
+            self.loop.remove_reader(source)
+            with contextlib.suppress(Exception):
+                source.close()
+        self.sources = []
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        with contextlib.suppress(McpnodeError):
+            self.host.remove(AGENT_STATE_PATH)
+        if self.metrics is not None:
+            self.metrics.set_ready(False)
+        self.notifier.close()
+        self.loop.close()
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def status_line(self) -> str:
+        topo = self.topology
+        gpus = len(topo.gpus) if topo else 0
+        nics = len(topo.nics) if topo else 0
+        contested = len(self.guard.held())
+        if self._last_apply == "failed":
+            tuning = "apply FAILED"
+        elif self._drifted:
+            tuning = f"{len(self._drifted)} key(s) drifted"
+        else:
+            tuning = "in profile"
+        extra = f", {contested} contested" if contested else ""
+        return (
+            f"profile {self.config.profile}: {tuning}{extra}; {gpus} GPU(s), {nics} NIC(s); "
+            f"pinned {self._pinned}; drift {self.config.drift_mode} every "
+            f"{self.config.drift_interval:g}s"
+        )

@@ -1,0 +1,223 @@
+"""The agent's event sources. Each owns one file descriptor the loop waits on, drains it
+completely when it is readable, and turns what it read into `DeviceEvent`s or signal numbers.
+
+- `UdevSource`: pyudev's netlink monitor, subsystems pci/net/infiniband. The "udev" group
+  carries events after udevd ran its rules (names settled); the "kernel" group is what a
+  container or a minimal VM without udevd has (and what a fresh network namespace sees: since
+  Linux 4.18 the kernel delivers a netdev's uevents to the netns that owns it).
+- `LinkSource`: an rtnetlink socket bound to RTMGRP_LINK, RTM_NEWLINK/RTM_DELLINK parsed by
+  pyroute2's marshal. The socket is ours, not pyroute2's `IPRoute`: IPRoute (0.9) buffers
+  messages internally after a read, so the fd can be quiet while events wait, which a
+  selector-driven loop cannot see.
+- `SignalSource`: `signal.set_wakeup_fd` on a non-blocking socketpair; Python's C handler
+  writes the signal number there, the loop reads it: signals are handled on the loop thread,
+  between callbacks, never in the middle of an apply.
+- `InjectSource`: JSON lines on an inherited file descriptor (`mcpnode agent --inject-fd N`),
+  for tests and drills to feed device events without root-owned udev: the agent then reacts
+  exactly as to the real ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errno_mod
+import json
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+SUBSYSTEMS = ("pci", "net", "infiniband")
+ACTIONS = frozenset({"add", "remove", "change", "bind", "unbind"})
+UDEV_CONTROL = "/run/udev/control"  # present while systemd-udevd runs
+RTMGRP_LINK = 1  # include/uapi/linux/rtnetlink.h
+RCVBUF = 1 << 20  # a hot-plug of an 8-NIC tray emits hundreds of messages at once
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    source: str  # udev | netlink | inject
+    action: str  # add/remove/change/bind/unbind; newlink/dellink; overrun
+    subsystem: str  # pci, net, infiniband
+    name: str  # PCI address, interface name, RDMA device
+    detail: str = ""  # operstate for links, devpath for udev
+
+
+OnEvent = Callable[[DeviceEvent], None]
+
+
+class UdevSource:
+    name = "udev"
+
+    def __init__(self, on_event: OnEvent, group: str) -> None:
+        import pyudev  # heavy (ctypes libudev): only the agent loads it
+
+        self.group = group
+        self._on_event = on_event
+        self._monitor: Any = pyudev.Monitor.from_netlink(pyudev.Context(), source=group)
+        for subsystem in SUBSYSTEMS:
+            self._monitor.filter_by(subsystem)
+        self._monitor.set_receive_buffer_size(RCVBUF)
+        self._monitor.start()
+
+    def fileno(self) -> int:
+        return int(self._monitor.fileno())
+
+    def on_readable(self) -> None:
+        while True:
+            device = self._monitor.poll(timeout=0)
+            if device is None:
+                return
+            action = device.action or ""
+            if action not in ACTIONS:
+                continue
+            name = device.sys_name or ""
+            self._on_event(
+                DeviceEvent("udev", action, device.subsystem or "", name, device.device_path)
+            )
+
+    def close(self) -> None:
+        # pyudev has no close(); its socket goes with the monitor object.
+        self._monitor = None
+
+
+class LinkSource:
+    name = "netlink"
+
+    def __init__(self, on_event: OnEvent) -> None:
+        from pyroute2.netlink.rtnl.marshal import MarshalRtnl
+
+        self._on_event = on_event
+        self._marshal = MarshalRtnl()
+        self._sock = socket.socket(
+            socket.AF_NETLINK,
+            socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
+            socket.NETLINK_ROUTE,
+        )
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+            self._sock.bind((0, RTMGRP_LINK))
+        except OSError:
+            self._sock.close()
+            raise
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def on_readable(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as err:
+                if err.errno == errno_mod.ENOBUFS:
+                    # The kernel dropped messages: the state is unknown until re-read.
+                    self._on_event(DeviceEvent("netlink", "overrun", "net", "", "ENOBUFS"))
+                    continue
+                raise
+            for msg in self._marshal.parse(data):
+                event = msg.get("event")
+                if event not in ("RTM_NEWLINK", "RTM_DELLINK"):
+                    continue
+                self._on_event(
+                    DeviceEvent(
+                        "netlink",
+                        "newlink" if event == "RTM_NEWLINK" else "dellink",
+                        "net",
+                        str(msg.get_attr("IFLA_IFNAME") or f"if{msg['index']}"),
+                        str(msg.get_attr("IFLA_OPERSTATE") or ""),
+                    )
+                )
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class SignalSource:
+    name = "signal"
+    SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, on_signal: Callable[[int], None]) -> None:
+        self._on_signal = on_signal
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
+        self._old = {s: signal.signal(s, _noop) for s in self.SIGNALS}
+
+    def fileno(self) -> int:
+        return self._r.fileno()
+
+    def on_readable(self) -> None:
+        while True:
+            try:
+                data = self._r.recv(256)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            for signum in data:
+                self._on_signal(signum)
+
+    def close(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+        signal.set_wakeup_fd(self._old_fd)
+        self._r.close()
+        self._w.close()
+
+
+def _noop(_signum: int, _frame: Any) -> None:
+    """The real handling happens on the loop thread, from the wakeup fd."""
+
+
+class InjectSource:
+    name = "inject"
+
+    def __init__(self, fd: int, on_event: OnEvent, on_bad: Callable[[str], None]) -> None:
+        self._fd = fd
+        os.set_blocking(fd, False)
+        self._on_event = on_event
+        self._on_bad = on_bad
+        self._buf = b""
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def on_readable(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:  # the writer went away: nothing more will come
+                self.closed = True
+                break
+            self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._parse(line)
+
+    def _parse(self, line: bytes) -> None:
+        try:
+            doc = json.loads(line)
+            event = DeviceEvent(
+                str(doc.get("source", "inject")),
+                str(doc["action"]),
+                str(doc["subsystem"]),
+                str(doc.get("name", "")),
+                str(doc.get("detail", "")),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            self._on_bad(f"{line[:200]!r}: {type(err).__name__}: {err}")
+            return
+        self._on_event(event)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
