@@ -345,3 +345,101 @@ def test_sigterm_rolls_back_every_original(story: dict[str, Any]) -> None:
     assert s["rc"] == 0, story.get("log_tail")
     assert s["stopping"] is not None and s["rollback"] is not None
     assert s["final"] == story["originals"]
+
+
+REFUSED_PROFILE = """\
+[profile]
+name = "net-refused"
+summary = "one key the kernel refuses, one it takes"
+
+[sysctl]
+# Test only: no such congestion control exists, so the kernel answers ENOENT on the write.
+"net.ipv4.tcp_congestion_control" = "nosuchcc"
+# Test only: the key that must still be applied.
+"net.core.somaxconn" = 65535
+"""
+
+REFUSED_CHILD = r"""
+import json, subprocess, sys, time
+from pathlib import Path
+
+params = json.loads(sys.argv[1])
+sys.path.insert(0, params["repo"])
+from tests.agentproc import AgentProc
+
+report = {"errors": []}
+agent = None
+try:
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    for target in ("/var/lib", "/etc/sysctl.d", "/run"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target], check=True)
+    work = Path("/run/agent-test")
+    work.mkdir()
+    (work / "mcpnode.toml").write_text(params["config"])
+    somaxconn = Path("/proc/sys/net/core/somaxconn")
+    report["original"] = somaxconn.read_text().strip()
+    agent = AgentProc(
+        ["--root", "/", "--config", str(work / "mcpnode.toml"),
+         "--profiles-dir", params["profiles_dir"]],
+        work, watchdog_usec=None,
+    )
+    report["ready"] = agent.wait_message("READY=1", timeout=60)
+    report["applied"] = somaxconn.read_text().strip()
+    t = agent.now()
+    time.sleep(6 * params["interval"])
+    report["writes_after_ready"] = [
+        e for e in agent.events if e.get("event") in ("write", "undo") and e["_t"] >= t
+    ]
+    report["unappliable"] = agent.event("apply.key-unappliable")
+    report["rc"] = agent.stop()
+    report["final"] = somaxconn.read_text().strip()
+except Exception as err:
+    report["errors"].append(f"{type(err).__name__}: {err}")
+finally:
+    if agent is not None:
+        report["log_tail"] = agent.stderr_tail(40)
+        agent.close()
+print(json.dumps(report))
+"""
+
+
+def test_a_key_the_kernel_refuses_is_set_aside_not_retried(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Seen on a real H200 guest: `net.core.default_qdisc = fq` without sch_fq fails with
+    ENOENT, apply undid the whole profile, and the agent retried every interval. Now the key
+    is set aside, the rest applied once, and nothing is rewritten afterwards."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    profiles = tmp_path_factory.mktemp("refused")
+    (profiles / "net-refused.toml").write_text(REFUSED_PROFILE)
+    config = CONFIG.replace('"net-test"', '"net-refused"')
+    params = {
+        "repo": str(REPO),
+        "config": config,
+        "profiles_dir": str(profiles),
+        "interval": INTERVAL,
+    }
+    host_before = read_sysctl("net.core.somaxconn")
+    proc = subprocess.run(
+        [
+            *("unshare", "--net", "--mount", "--propagation", "private", "--"),
+            *(sys.executable, "-c", REFUSED_CHILD, json.dumps(params)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert read_sysctl("net.core.somaxconn") == host_before
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not report["errors"], f"{report['errors']}\n{report.get('log_tail', '')}"
+    assert "1 key(s) cannot be applied" in report["ready"][1]
+    assert report["applied"] == "65535"
+    bad = report["unappliable"]
+    assert bad is not None and bad["key"] == "net.ipv4.tcp_congestion_control"
+    assert report["writes_after_ready"] == []  # no write storm
+    assert report["rc"] == 0
+    assert report["final"] == report["original"]

@@ -107,6 +107,7 @@ class Agent:
         self._exports: dict[str, str] = {}
         self._drifted: frozenset[str] = frozenset()
         self._last_apply = "none"
+        self._unappliable: dict[str, str] = {}  # key -> why the kernel refused it
         self._pinned = 0
         self._timers: dict[str, Timer] = {}
         self._rediscover_reason: list[str] = []
@@ -266,7 +267,11 @@ class Agent:
             return None
         drifted = frozenset(d.key for d in report.drift)
         for d in report.drift:
-            if d.key in self._drifted or self.guard.is_contested(d.key):
+            if (
+                d.key in self._drifted
+                or self.guard.is_contested(d.key)
+                or d.key in self._unappliable
+            ):
                 continue
             self.metrics.count_drift_detected(d.key)
             self.log.warning(
@@ -297,7 +302,7 @@ class Agent:
         now = self.clock()
         fix = []
         for d in report.drift:
-            if self.guard.is_contested(d.key):
+            if self.guard.is_contested(d.key) or d.key in self._unappliable:
                 continue
             if self.guard.may_remediate(d.key, now):
                 fix.append(d.key)
@@ -346,28 +351,50 @@ class Agent:
     # -- effects ----------------------------------------------------------------------------------
 
     def _apply(self, reason: str, hold: frozenset[str] = frozenset()) -> ApplyResult | None:
+        """Apply the profile, holding `hold` and every key that already failed to write.
+
+        A write the kernel refuses (ENOENT for a qdisc whose module is missing: seen on a real
+        H200 guest, kernel 6.18, `net.core.default_qdisc = fq` without sch_fq) makes apply undo
+        the whole run. Retrying that every drift interval would rewrite every key twice per
+        interval forever, and the node would stay untuned for one impossible key. So the key
+        is set aside as unappliable (logged once, in STATUS, held until a reload) and the rest
+        of the profile is applied without it."""
         assert self.profile is not None
-        try:
-            result = apply_profile(
-                self.host,
-                self.profile,
-                self.store,
-                persist=self.config.persist and reason != "drift",
-                hold=hold,
-                log=self.log,
-            )
-        except ApplyFailed as err:
-            self._last_apply = "failed"
-            self.metrics.record_apply("failed", 0)
-            self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=str(err))
-            return None
-        except McpnodeError as err:
-            self._last_apply = "failed"
-            self.metrics.record_apply("failed", 0)
-            self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=str(err))
+        result: ApplyResult | None = None
+        for _ in range(len(self.profile.settings) + 1):
+            try:
+                result = apply_profile(
+                    self.host,
+                    self.profile,
+                    self.store,
+                    persist=self.config.persist and reason != "drift",
+                    hold=hold | frozenset(self._unappliable),
+                    log=self.log,
+                )
+                break
+            except ApplyFailed as err:
+                key = err.failure.key
+                if key in self._unappliable or not err.undo_complete:
+                    self._apply_failed(reason, str(err))
+                    return None
+                self._unappliable[key] = err.failure.error or "write failed"
+                self.log.error(
+                    "apply.key-unappliable",
+                    reason=reason,
+                    key=key,
+                    value=err.failure.new,
+                    error=err.failure.error,
+                    hint=err.hint,
+                    action="applying the rest of the profile without it until a reload",
+                )
+            except McpnodeError as err:
+                self._apply_failed(reason, str(err))
+                return None
+        if result is None:
+            self._apply_failed(reason, "every key failed")
             return None
         failed = [o for o in result.writes if o.failed]
-        self._last_apply = "failed" if failed else "ok"
+        self._last_apply = "failed" if failed or self._unappliable else "ok"
         self.metrics.record_apply("failed" if failed else "ok", len(result.writes))
         if reason != "drift" or result.writes:
             self.log.info(
@@ -377,8 +404,15 @@ class Agent:
                 writes=len(result.writes),
                 restored=sum(1 for r in result.restores if r.action == "set"),
                 unchanged=sum(1 for i in result.plan.items if i.action == "ok"),
+                unappliable=sorted(self._unappliable),
             )
         return result
+
+    def _apply_failed(self, reason: str, error: str) -> None:
+        assert self.profile is not None
+        self._last_apply = "failed"
+        self.metrics.record_apply("failed", 0)
+        self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=error)
 
     def _write_state(self) -> None:
         state = AgentState(
@@ -534,6 +568,7 @@ class Agent:
         # The operator reloads after fixing the other owner of a contested key: start afresh.
         self.guard = FlapGuard(config.max_remediations, config.flap_window)
         self._drifted = frozenset()
+        self._unappliable = {}
         self._apply("reload")
         if config.metrics_listen != old.metrics_listen:
             if self.server is not None:
@@ -602,8 +637,10 @@ class Agent:
         gpus = len(topo.gpus) if topo else 0
         nics = len(topo.nics) if topo else 0
         contested = len(self.guard.held())
-        if self._last_apply == "failed":
+        if self._last_apply == "failed" and not self._unappliable:
             tuning = "apply FAILED"
+        elif self._unappliable:
+            tuning = f"{len(self._unappliable)} key(s) cannot be applied"
         elif self._drifted:
             tuning = f"{len(self._drifted)} key(s) drifted"
         else:
