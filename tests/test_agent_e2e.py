@@ -403,3 +403,32 @@ def test_agent_autopins_a_gpu_process(tmp_path: Path) -> None:
         for k in kids:
             k.kill()
             k.wait()
+
+
+def test_closed_injection_pipe_does_not_spin(tmp_path: Path) -> None:
+    """EOF on the --inject-fd pipe stays readable forever; the agent must stop watching it
+    (it spun at 100 % of a core before) and go on idling."""
+    import os
+
+    root = auditroot.build(tmp_path, auditroot.HGX)
+    (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/mcpnode.toml").write_text('[metrics]\nlisten = ""\n')
+    agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
+    try:
+        agent.wait_message("READY=1")
+        os.close(agent.inject_fd)
+        agent.wait_event("inject.closed")
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu_s() -> float:
+            fields = Path(f"/proc/{agent.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks
+
+        before = cpu_s()
+        time.sleep(1.0)
+        used = cpu_s() - before
+        rc = agent.stop()
+    finally:
+        agent.close()
+    assert used < 0.2, f"{used:.2f} s of CPU in 1 s after the pipe closed"
+    assert rc == 0

@@ -442,4 +442,4 @@ def test_a_key_the_kernel_refuses_is_set_aside_not_retried(
     assert bad is not None and bad["key"] == "net.ipv4.tcp_congestion_control"
     assert report["writes_after_ready"] == []  # no write storm
     assert report["rc"] == 0
-    assert report["final"] == report["original"]
+    assert report["final"] == report["original"], report.get("log_tail")

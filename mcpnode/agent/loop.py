@@ -63,6 +63,7 @@ class Loop:
         self._timers: list[Timer] = []
         self._seq = itertools.count()
         self._running = False
+        self._stopped = False
         self.log = log
         self.time = clock
         self._on_error = on_error
@@ -95,7 +96,11 @@ class Loop:
     # -- running ---------------------------------------------------------------------------------
 
     def stop(self) -> None:
+        """End run() after the callback that calls this: nothing else already due in this
+        iteration runs. (The agent's SIGTERM rolls back, then stops; a drift timer due in the
+        same iteration would otherwise re-apply what the rollback just restored.)"""
         self._running = False
+        self._stopped = True
 
     def _next_timeout(self) -> float | None:
         while self._timers and self._timers[0].cancelled:
@@ -119,10 +124,14 @@ class Loop:
         if max_wait is not None:
             timeout = max_wait if timeout is None else min(timeout, max_wait)
         for key, _mask in self._sel.select(timeout):
+            if self._stopped:
+                return
             name, callback = key.data
             self._call(name, callback)
         now = self.time()
         while self._timers and (self._timers[0].cancelled or self._timers[0].when <= now):
+            if self._stopped:
+                return
             timer = heapq.heappop(self._timers)
             callback = timer.callback
             if callback is None:
@@ -134,6 +143,7 @@ class Loop:
 
     def run(self) -> None:
         self._running = True
+        self._stopped = False
         while self._running:
             self.run_once()
 

@@ -50,7 +50,12 @@ class Notifier:
             return False
         try:
             if self._sock is None:
-                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                # Non-blocking: the receiver's queue holds net.unix.max_dgram_qlen datagrams (10
+                # by default); a manager that stops reading must not stall the loop. A dropped
+                # message is counted; systemd's watchdog decides what a stall means.
+                self._sock = socket.socket(
+                    socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+                )
             self._sock.sendto(message.encode("utf-8", "replace"), self.address)
         except OSError:
             self.errors += 1

@@ -218,9 +218,16 @@ class Agent:
         except OSError as err:
             self.log.error("netlink.unavailable", error=str(err))
         if self.inject_fd is not None:
-            self._add_source(
-                InjectSource(self.inject_fd, self._on_device_event, self._on_bad_inject)
-            )
+            inject = InjectSource(self.inject_fd, self._on_device_event, self._on_bad_inject)
+            self.sources.append(inject)
+
+            def on_inject() -> None:
+                inject.on_readable()
+                if inject.closed:  # EOF stays readable forever: stop watching it
+                    self.loop.remove_reader(inject)
+                    self.log.info("inject.closed")
+
+            self.loop.add_reader(inject, on_inject, inject.name)
 
     def _add_source(self, source: Any) -> None:
         self.sources.append(source)

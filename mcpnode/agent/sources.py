@@ -199,6 +199,9 @@ class InjectSource:
                 break
             self._buf += chunk
         *lines, self._buf = self._buf.split(b"\n")
+        if self.closed and self._buf:  # a last line without its newline is still a line
+            lines.append(self._buf)
+            self._buf = b""
         for line in lines:
             if line.strip():
                 self._parse(line)
@@ -219,5 +222,8 @@ class InjectSource:
         self._on_event(event)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        # Once only: a second os.close() of the number could close a file opened since.
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)

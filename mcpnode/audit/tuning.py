@@ -60,7 +60,11 @@ def _contested(facts: TuningFacts) -> list[Finding]:
             f"mcpnode agent (pid {agent.pid}) stopped remediating {c.key}: another owner "
             f"changed it back {c.remediations} times within {c.window_s:g} s",
             (
-                Evidence(AGENT_STATE_PATH, f"given up at {c.since}; value seen {c.value}"),
+                Evidence(
+                    AGENT_STATE_PATH,
+                    f"given up at {c.since}; value seen "
+                    + (repr(c.value) if c.value is not None else "unreadable"),
+                ),
                 Evidence(f"profile {agent.profile}", f"drift mode {agent.drift_mode}"),
             ),
             "Find the other owner (tuned, a Kubernetes node-tuning operator, a sysctl.d file, "

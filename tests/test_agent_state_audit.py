@@ -1,0 +1,208 @@
+"""The agent's state file (/run/mcpnode/agent.json) as the audit reads it: the profile a running
+agent enforces, and each key it stopped remediating as a `tuning.contested` WARN."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcpnode.audit import tuning
+from mcpnode.audit.agentstate import (
+    AGENT_STATE_PATH,
+    SCHEMA,
+    AgentState,
+    ContestedKey,
+    parse_agent_state,
+    read_agent_state,
+    write_agent_state,
+)
+from mcpnode.audit.model import Finding, Status
+from mcpnode.audit.run import run_audit
+from mcpnode.host import Host
+from tests import auditroot
+
+CONTESTED = ContestedKey("vm.swappiness", 3, 600.0, "2025-03-01T12:00:05+00:00", "60")
+STATE = AgentState(
+    pid=4242,
+    profile="inference-latency",
+    config="/etc/mcpnode/agent.toml",
+    drift_mode="remediate",
+    started_at="2025-03-01T11:00:00+00:00",
+    updated_at="2025-03-01T12:00:05+00:00",
+    contested=(CONTESTED,),
+    pinned=2,
+)
+
+
+def state_file(root: Path) -> Path:
+    return root / AGENT_STATE_PATH.lstrip("/")
+
+
+def contested(findings: tuple[Finding, ...]) -> list[Finding]:
+    return [f for f in findings if f.id == "tuning.contested"]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return auditroot.build(tmp_path, auditroot.HGX)
+
+
+def test_contested_key_is_a_warn_finding(root: Path) -> None:
+    with Host(root) as h:
+        write_agent_state(h, STATE)
+        report = run_audit(h, skip=["container"])
+    assert report.problems == ()
+    assert report.profile == "inference-latency"  # the agent's, not the default
+    (f,) = contested(report.findings)
+    assert (f.status, f.subject) == (Status.WARN, "vm.swappiness")
+    assert "4242" in f.summary and "3 times within 600 s" in f.summary
+    assert f.evidence[0].source == AGENT_STATE_PATH == "/run/mcpnode/agent.json"
+    assert "2025-03-01T12:00:05+00:00" in f.evidence[0].value and "60" in f.evidence[0].value
+    assert f.evidence[1].source == "profile inference-latency"
+    assert "remediate" in f.evidence[1].value
+    assert f.remedy is not None and "systemctl reload mcpnode" in f.remedy
+
+
+def test_state_file_is_written_atomically_and_readable(root: Path) -> None:
+    with Host(root) as h:
+        write_agent_state(h, STATE)
+        assert read_agent_state(h) == STATE
+    path = state_file(root)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["agent.json"]  # no temp file left
+    assert json.loads(path.read_text())["schema"] == SCHEMA
+
+
+def test_one_finding_per_contested_key(root: Path) -> None:
+    two = ContestedKey("net.core.somaxconn", 4, 60.0, "2025-03-01T12:01:00+00:00", None)
+    state = AgentState(**{**STATE.__dict__, "contested": (CONTESTED, two)})
+    with Host(root) as h:
+        write_agent_state(h, state)
+        report = run_audit(h, only=["tuning"])
+    got = {f.subject: f.status for f in contested(report.findings)}
+    assert got == {"vm.swappiness": Status.WARN, "net.core.somaxconn": Status.WARN}
+
+
+def test_no_contested_keys_no_finding(root: Path) -> None:
+    with Host(root) as h:
+        write_agent_state(h, AgentState(**{**STATE.__dict__, "contested": ()}))
+        report = run_audit(h, only=["tuning"])
+        assert tuning.configured_profile(h) == "inference-latency"
+    assert contested(report.findings) == []
+
+
+def test_only_contested_can_be_selected(root: Path) -> None:
+    with Host(root) as h:
+        write_agent_state(h, STATE)
+        report = run_audit(h, only=["tuning.contested"])
+    assert [f.id for f in report.findings] == ["tuning.contested"]
+
+
+def test_configured_profile_prefers_the_agent(tmp_path: Path) -> None:
+    root = auditroot.build(
+        tmp_path,
+        auditroot.NO_GPU,
+        files={"etc/sysctl.d/90-mcpnode.conf": "# profile: inference-throughput (x)\n"},
+    )
+    with Host(root) as h:
+        assert tuning.configured_profile(h) == "inference-throughput"
+        write_agent_state(h, STATE)
+        assert tuning.configured_profile(h) == "inference-latency"
+        # an explicit --profile still wins over both
+        assert run_audit(h, only=["tuning"], profile="base").profile == "base"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json {",
+        "[]",
+        '"mcpnode.agent-state/v1"',
+        json.dumps({**json.loads(STATE.to_json()), "schema": "mcpnode.agent-state/v2"}),
+        json.dumps({k: v for k, v in json.loads(STATE.to_json()).items() if k != "profile"}),
+        json.dumps({**json.loads(STATE.to_json()), "pid": "four"}),
+        json.dumps({**json.loads(STATE.to_json()), "contested": [{"key": "vm.swappiness"}]}),
+        json.dumps({**json.loads(STATE.to_json()), "contested": ["vm.swappiness"]}),
+        json.dumps({**json.loads(STATE.to_json()), "contested": None}),
+        json.dumps({**json.loads(STATE.to_json()), "contested": 3}),
+    ],
+    ids=[
+        "empty",
+        "not-json",
+        "list",
+        "string",
+        "schema-v2",
+        "no-profile",
+        "pid-not-int",
+        "contested-incomplete",
+        "contested-strings",
+        "contested-null",
+        "contested-int",
+    ],
+)
+def test_garbage_state_file_is_ignored(tmp_path: Path, text: str) -> None:
+    assert parse_agent_state(text) is None
+    root = auditroot.build(tmp_path, auditroot.HGX)
+    path = state_file(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    with Host(root) as h:
+        assert read_agent_state(h) is None
+        assert tuning.configured_profile(h) == "base"
+        report = run_audit(h, only=["tuning"])
+    assert report.problems == ()
+    assert contested(report.findings) == []
+    assert report.profile == "base"
+
+
+def test_unreadable_state_is_absent(root: Path) -> None:
+    path = state_file(root)
+    path.mkdir(parents=True)  # EISDIR: not a file the audit can read
+    with Host(root) as h:
+        assert read_agent_state(h) is None
+        report = run_audit(h, only=["tuning"])
+    assert report.problems == () and contested(report.findings) == []
+
+
+def test_no_state_file(root: Path) -> None:
+    with Host(root) as h:
+        assert read_agent_state(h) is None
+        assert contested(run_audit(h, only=["tuning"]).findings) == []
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        STATE,
+        AgentState(1, "base", "", "report", "t0", "t1"),
+        AgentState(
+            7,
+            "base",
+            "/etc/mcpnode/agent.toml",
+            "remediate",
+            "t0",
+            "t1",
+            (
+                ContestedKey("b.key", 5, 0.5, "s", None),
+                ContestedKey("a.key", 1, 3600.0, "s", "4096 131072 6291456"),
+            ),
+            0,
+        ),
+    ],
+    ids=["contested", "minimal", "value-none"],
+)
+def test_parse_round_trips_to_json(state: AgentState) -> None:
+    text = state.to_json()
+    assert text.endswith("\n")
+    assert parse_agent_state(text) == state
+    assert json.loads(text)["contested"] == [c.__dict__ for c in state.contested]
+
+
+def test_pinned_defaults_to_zero() -> None:
+    doc = json.loads(STATE.to_json())
+    del doc["pinned"]
+    parsed = parse_agent_state(json.dumps(doc))
+    assert parsed is not None and parsed.pinned == 0
