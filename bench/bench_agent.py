@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_tuning import median_s
 
 from mcpnode.agent.config import AgentConfig
 from mcpnode.agent.metrics import AgentMetrics
@@ -171,17 +172,8 @@ def bench_reconcile(tmp: Path, rounds: int = 300) -> dict[str, Any]:
             with open(root / "proc/sys" / key.replace(".", "/")) as f:
                 f.read()
 
-    def median(fn: Any) -> float:
-        fn()
-        samples = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-        return statistics.median(samples)
-
-    t_cycle = median(agent.reconcile)
-    t_plain = median(plain)
+    t_cycle = median_s(agent.reconcile, rounds)
+    t_plain = median_s(plain, rounds)
     print(f"\n== One reconcile cycle, {PROFILE_KEYS}-key profile, nothing drifted (in process)")
     print(
         f"   reconcile {t_cycle * 1000:.2f} ms ({'met' if t_cycle < 0.005 else 'MISSED'} < 5 ms);"

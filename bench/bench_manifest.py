@@ -12,11 +12,11 @@ NVML):
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from bench_tuning import median_s
 
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
@@ -29,17 +29,6 @@ HOSTS = ROOT / "tests" / "fixtures" / "hosts"
 HGX = HOSTS / "hgx-h100-8gpu-8nic"
 TARGET_S = 0.020
 RACE_ROUNDS = 1000
-
-
-def _median(fn: object, rounds: int) -> float:
-    assert callable(fn)
-    fn()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 def bench_manifest(rounds: int = 30) -> dict[str, object]:
@@ -56,9 +45,9 @@ def bench_manifest(rounds: int = 30) -> dict[str, object]:
         def cold() -> None:
             publish(out, make_manifest(src, now=now))
 
-        t_republish = _median(republish, rounds)
-        t_discover = _median(lambda: discover_host(src), rounds)
-        t_cold = _median(cold, rounds)
+        t_republish = median_s(republish, rounds)
+        t_discover = median_s(lambda: discover_host(src), rounds)
+        t_cold = median_s(cold, rounds)
     verdict = "met" if t_republish < TARGET_S else "MISSED"
     print(f"   build + publish (topology held)     {t_republish * 1000:8.1f} ms  ({verdict})")
     print(f"   discovery alone                     {t_discover * 1000:8.1f} ms")

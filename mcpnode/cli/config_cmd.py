@@ -13,42 +13,20 @@ main.py back at import time would be circular, hence the local --root/--profiles
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from mcpnode.cli.options import profiles_dir_option, root_option
+
 if TYPE_CHECKING:
     from mcpnode.agent.config import AgentConfig, PinRule
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group("config")
 def config() -> None:
     """The agent's configuration file, /etc/mcpnode/mcpnode.toml (docs/config.md)."""
-
-
-def _root_option(fn: F) -> F:
-    return click.option(
-        "--root",
-        "root",
-        default="/",
-        show_default=True,
-        type=click.Path(path_type=str),
-        help="Machine root: / for this host, or a snapshot / sysfs dump (dir or tarball).",
-    )(fn)
-
-
-def _profiles_dir_option(fn: F) -> F:
-    return click.option(
-        "--profiles-dir",
-        "profiles_dir",
-        default=None,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="System profiles directory (default: the profiles shipped with mcpnode).",
-    )(fn)
 
 
 def _load(file: str | None, root: str) -> AgentConfig:
@@ -76,8 +54,8 @@ def _fail(ctx: click.Context, err: Exception) -> NoReturn:
 
 @config.command("check")
 @click.argument("file", type=click.Path(path_type=str))
-@_root_option
-@_profiles_dir_option
+@root_option
+@profiles_dir_option
 @click.pass_context
 def check(ctx: click.Context, file: str, root: str, profiles_dir: Path | None) -> None:
     """Validate FILE as the agent would (the profile it names included): exit 0 valid,
@@ -96,7 +74,7 @@ def check(ctx: click.Context, file: str, root: str, profiles_dir: Path | None) -
 
 @config.command("show")
 @click.argument("file", required=False, type=click.Path(path_type=str))
-@_root_option
+@root_option
 @click.pass_context
 def show(ctx: click.Context, file: str | None, root: str) -> None:
     """Print the effective configuration as TOML: every key, defaults filled in. FILE defaults

@@ -7,13 +7,13 @@ that need them so `mcpnode --help` stays fast.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from mcpnode import __version__
+from mcpnode.cli.options import F, profiles_dir_option, root_option, state_dir_option
 from mcpnode.errors import (
     CommandNotFound,
     HostError,
@@ -26,8 +26,6 @@ from mcpnode.errors import (
     UsageError,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 # Exit codes, in one place (STYLE.md habit 7).
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the command ran and found something wrong (audit FAIL, drift)
@@ -38,18 +36,6 @@ EXIT_NO_PROCESS = 66  # EX_NOINPUT: pin's PID does not exist (any more)
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: the placement names CPUs/nodes this machine lacks
 EXIT_REFUSED = 77  # EX_NOPERM: pin refused by a safety check (kernel thread; narrowed, no --force)
 EXIT_NOT_FOUND = 127  # exec: the command is not found or not executable, as env(1) and sh exit
-
-
-def root_option(fn: F) -> F:
-    """`--root PATH`: read a snapshot, sysfs dump (dir or .tar.gz/.tar.bz2) instead of `/`."""
-    return click.option(
-        "--root",
-        "root",
-        default="/",
-        show_default=True,
-        type=click.Path(path_type=str),
-        help="Machine root: / for this host, or a snapshot / sysfs dump (dir or tarball).",
-    )(fn)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -126,35 +112,6 @@ def snapshot(root: str, output: Path) -> None:
 
 
 PROFILE_HELP = "Profile name: a shipped profile, or one in /etc/mcpnode/profiles (which wins)."
-
-
-def _dir_option(flag: str, dest: str, help_text: str) -> Callable[[F], F]:
-    """An optional directory option (None when not given)."""
-
-    def deco(fn: F) -> F:
-        return click.option(
-            flag,
-            dest,
-            default=None,
-            type=click.Path(file_okay=False, path_type=Path),
-            help=help_text,
-        )(fn)
-
-    return deco
-
-
-# `--profiles-dir DIR`: the system profiles (default: the shipped `profiles/`).
-profiles_dir_option = _dir_option(
-    "--profiles-dir",
-    "profiles_dir",
-    "System profiles directory (default: the profiles shipped with mcpnode).",
-)
-# `--state-dir DIR`: where the journal lives (default: var/lib/mcpnode under the root).
-state_dir_option = _dir_option(
-    "--state-dir",
-    "state_dir",
-    "Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
-)
 
 
 def format_option(fn: F) -> F:
