@@ -432,3 +432,42 @@ def test_closed_injection_pipe_does_not_spin(tmp_path: Path) -> None:
         agent.close()
     assert used < 0.2, f"{used:.2f} s of CPU in 1 s after the pipe closed"
     assert rc == 0
+
+
+def test_report_mode_reports_and_republishes(tmp_path: Path) -> None:
+    """drift.mode = "report": the key is logged and counted, never written back, and the
+    manifest and the node_exporter textfile say it is in drift (they are republished when
+    the set of drifted keys changes)."""
+    root = auditroot.build(tmp_path, auditroot.HGX)
+    (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/mcpnode.toml").write_text(
+        f'[drift]\nmode = "report"\ninterval = {INTERVAL}\n[metrics]\nlisten = ""\n'
+    )
+    agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
+    try:
+        agent.wait_message("READY=1")
+        t = agent.now()
+        sysctl(root, "vm.swappiness").write_text("60\n")
+        drift = agent.wait_event("drift", t, key="vm.swappiness")
+        published = agent.wait_event("manifest.published", t, reason="drift")
+        time.sleep(3 * INTERVAL)
+        remediated = agent.event("drift.remediated", t)
+        status = agent.message(
+            "STATUS=profile base: 1 key(s) drifted; 8 GPU(s), 9 NIC(s); "
+            f"pinned 0; drift report every {INTERVAL:g}s",
+            t,
+        )
+        rc = agent.stop()
+    finally:
+        agent.close()
+    assert rc == 0
+    assert drift["mode"] == "report" and drift["actual"] == "60"
+    assert remediated is None
+    assert sysctl(root, "vm.swappiness").read_text().strip() == "60"
+    assert published is not None and status is not None
+    doc = manifest(root)
+    assert doc["tuning"]["compliant"] is False
+    assert [d["key"] for d in doc["tuning"]["drift"]] == ["vm.swappiness"]
+    prom = (root / "var/lib/node_exporter/textfile_collector/mcpnode.prom").read_text()
+    assert 'mcpnode_tuning_compliant{profile="base"} 0.0' in prom
+    assert "mcpnode_tuning_drift_keys 1.0" in prom

@@ -289,6 +289,8 @@ class Agent:
                 mode=self.config.drift_mode,
             )
         contested_before = self.guard.held()
+        drifted_before = self._drifted
+        self._remediated_now = frozenset()
         if self.config.drift_mode == "remediate" and report.drift:
             self._remediate(report)
         self.metrics.observe_reconcile(time.perf_counter() - start)
@@ -300,6 +302,11 @@ class Agent:
         if self.guard.held() != contested_before:
             self._write_state()
             self._publish("contested")
+        elif self._drifted != drifted_before:
+            # The manifest and the exporters carry the keys in drift (node_exporter's textfile,
+            # NFD's compliance label): keep them true when the set changes, not only on device
+            # events. In remediate mode a fixed key never stays, so this is report mode's path.
+            self._publish("drift")
         return report
 
     _remediated_now: frozenset[str] = frozenset()
