@@ -31,6 +31,7 @@ from mcpnode.fleet.report import FleetReport, compare, compare_property
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import content_hash, dumps
+from tests import auditroot
 from tests.jsonschema_mini import validate
 
 HERE = Path(__file__).resolve().parent
@@ -276,6 +277,7 @@ def test_majority_values_of_the_hgx_fleet(fleet_dir: Path) -> None:
         "gpus": "8x NVIDIA H100 80GB HBM3",
         "driver": "570.133.20",
         "kernel": "5.15.0-119-generic",
+        "toolkit": "not installed",
         "numa": "2 nodes x 96 CPUs",
         "gpu_numa": "0-3:0,4-7:1",
         "pcie_width": "0-7:x16",
@@ -294,6 +296,7 @@ gpus: majority 8x NVIDIA H100 80GB HBM3 (24/24 hosts)
 driver: majority 570.133.20 (23/24 hosts)
   gpu-09: 565.57.01
 kernel: majority 5.15.0-119-generic (24/24 hosts)
+toolkit: majority not installed (24/24 hosts)
 numa: majority 2 nodes x 96 CPUs (24/24 hosts)
 gpu_numa: majority 0-3:0,4-7:1 (24/24 hosts)
 pcie_width: majority 0-7:x16 (23/24 hosts)
@@ -606,3 +609,41 @@ def test_fleet_of_hand_made_manifests(hgx: Manifest) -> None:
         tuple(HostManifest(n, f"{n}.json", with_hostname(hgx, n)) for n in ("x", "y")), ()
     )
     assert compare(fleet).ok
+
+
+def _with_toolkit(root: Path, version: str) -> Path:
+    """The toolkit's `--version` answers recorded in the root, as `mcpnode snapshot` stores
+    them (the audit replays them: tests/test_audit_container.py)."""
+
+    def answer(stdout: str) -> dict[str, Any]:
+        return {"found": True, "returncode": 0, "stdout": stdout, "stderr": "", "reason": None}
+
+    meta_path = root / "mcpnode-snapshot.json"
+    meta = json.loads(meta_path.read_text())
+    meta["commands"] = {
+        "nvidia-ctk --version": answer(f"NVIDIA Container Toolkit CLI version {version}\n"),
+        "nvidia-container-runtime --version": answer(
+            f"NVIDIA Container Runtime version {version}\n"
+        ),
+        "nvidia-container-cli --version": answer(
+            f"cli-version: {version}\nlib-version: {version}\n"
+        ),
+    }
+    meta_path.write_text(json.dumps(meta))
+    return root
+
+
+def test_toolkit_version_outlier(tmp_path: Path) -> None:
+    """The manifest carries the lowest toolkit component version the audit read; a host left
+    on 1.17.7 (CVE-2025-23266) among 1.17.8 ones is named under `toolkit`, and its audit's
+    FAIL under `audit_failed`."""
+    current = build(_with_toolkit(auditroot.build(tmp_path / "a", auditroot.HGX), "1.17.8"))
+    old = build(_with_toolkit(auditroot.build(tmp_path / "b", auditroot.HGX), "1.17.7"))
+    assert current["host"]["container_toolkit"] == "1.17.8"
+    docs = {n: current for n in NAMES[:4]}
+    docs["gpu-03"] = old
+    report = report_of(write_fleet(tmp_path / "fleet", docs))
+    assert prop(report, "toolkit").majority == "1.17.8"
+    assert flagged(report) == {"gpu-03": {"toolkit", "audit_failed"}}
+    (o,) = prop(report, "toolkit").outliers
+    assert (o.host, o.value) == ("gpu-03", "1.17.7")

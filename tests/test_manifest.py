@@ -84,6 +84,7 @@ def test_hgx_contents() -> None:
         "kernel": "5.15.0-119-generic",
         "driver": "570.133.20",
         "cuda_driver": "12.8",
+        "container_toolkit": None,
     }
     assert [n["cpus"] for n in doc["numa_nodes"]] == ["0-47,96-143", "48-95,144-191"]
     assert len(doc["gpus"]) == 8 and len(doc["placement"]["gpus"]) == 8

@@ -3,6 +3,7 @@ components that agree with each other, cgroup v2 support, and the runtime mode. 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mcpnode.audit.container_config import TOOLKIT_MODES
@@ -19,6 +20,7 @@ from mcpnode.audit.container_version import (
     advisories_for,
     parse_cli_versions,
     parse_named_version,
+    parse_version,
 )
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import command_evidence, file_evidence, unreadable_finding
@@ -183,8 +185,30 @@ def _present(facts: ContainerFacts, ctx: AuditContext, tools: Tools) -> Finding:
     )
 
 
+VERSION_ID = "container.toolkit.version"
+_VERSION_SOURCE = " version"  # Evidence(f"{component} version", "1.17.8"), written by _version
+
+
+def toolkit_version(findings: Iterable[Finding]) -> str | None:
+    """The lowest toolkit component version the audit read (what the CVE check judged), from
+    the `container.toolkit.version` finding's evidence; None when the toolkit is absent, its
+    versions unreadable, or the container area did not run. For the manifest, whose readers
+    (fleet-report) compare it across hosts."""
+    for f in findings:
+        if f.id != VERSION_ID:
+            continue
+        versions = [
+            v
+            for e in f.evidence
+            if e.source.endswith(_VERSION_SOURCE) and (v := parse_version(e.value)) is not None
+        ]
+        if versions:
+            return str(min(versions))
+    return None
+
+
 def _version(facts: ContainerFacts, tools: Tools) -> Finding:
-    fid = "container.toolkit.version"
+    fid = VERSION_ID
     versions = tools.versions()
     if not versions:
         return Finding(
@@ -196,7 +220,7 @@ def _version(facts: ContainerFacts, tools: Tools) -> Finding:
             "reinstall the packages if they fail",
         )
     name, lowest = min(versions, key=lambda nv: nv[1])
-    ev = [Evidence(f"{n} version", str(v)) for n, v in versions]
+    ev = [Evidence(f"{n}{_VERSION_SOURCE}", str(v)) for n, v in versions]
     hits = advisories_for(lowest)
     if not hits:
         return Finding(

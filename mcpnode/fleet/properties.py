@@ -96,6 +96,16 @@ def driver(doc: Manifest) -> Value | None:
     return Value(version) if version else None
 
 
+def container_toolkit(doc: Manifest) -> Value | None:
+    """The lowest NVIDIA Container Toolkit component version; `not installed` when the audit
+    found none; None for a manifest from before the field existed (no answer, not an outlier)."""
+    host = doc["host"]
+    if "container_toolkit" not in host:
+        return None
+    version = host["container_toolkit"]
+    return Value(version) if version else Value("not installed")
+
+
 def kernel(doc: Manifest) -> Value | None:
     release = doc["host"]["kernel"]
     return Value(release) if release else None
@@ -208,6 +218,9 @@ PROPERTIES: tuple[Property, ...] = (
     Property("gpus", "GPU model and count", False, gpu_models),
     Property("driver", "NVIDIA driver version", False, driver),
     Property("kernel", "kernel release", False, kernel),
+    Property(
+        "toolkit", "NVIDIA Container Toolkit version (lowest component)", False, container_toolkit
+    ),
     Property("numa", "NUMA nodes with CPUs x CPUs per node", False, numa_layout),
     Property("gpu_numa", "NUMA node per GPU", True, gpu_numa),
     Property("pcie_width", "current PCIe link width per GPU", True, pcie_width),

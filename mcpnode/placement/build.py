@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mcpnode.audit.container_toolkit import toolkit_version
 from mcpnode.audit.context import build_context
 from mcpnode.audit.model import AuditReport
 from mcpnode.audit.run import AREAS, run_areas
@@ -93,6 +94,7 @@ def build_all(
         when,
         machine_id=read_machine_id(host),
         driver=ctx.driver_version,
+        container_toolkit=toolkit_version(findings),
         housekeeping=housekeeping,
     )
     return Built(manifest, topo, placement, audit)

@@ -41,6 +41,7 @@ def build_manifest(
     *,
     machine_id: str | None = None,
     driver: str | None = None,
+    container_toolkit: str | None = None,
     housekeeping: str = "first-core",
 ) -> dict[str, Any]:
     """The manifest as JSON-ready data, `content_hash` filled in.
@@ -48,7 +49,8 @@ def build_manifest(
     `tuning`: the verify report, or a string saying why there is none (profile unreadable);
     `audit`: None when it was not run. `machine_id` is /etc/machine-id as read by the caller;
     `driver` overrides NVML's driver version (the audit reads /proc/driver/nvidia/version when
-    NVML is absent)."""
+    NVML is absent); `container_toolkit` the lowest NVIDIA Container Toolkit component version
+    the audit read (None: not installed or not audited)."""
     nvml = topo.nvml if topo.nvml is not None and topo.nvml.available else None
     body: dict[str, Any] = {
         "schema": SCHEMA,
@@ -60,6 +62,7 @@ def build_manifest(
             "kernel": topo.identity.kernel_release,
             "driver": driver or (nvml.driver_version if nvml is not None else None),
             "cuda_driver": nvml.cuda_driver_version if nvml is not None else None,
+            "container_toolkit": container_toolkit,
         },
         "numa_nodes": [_node(n) for n in topo.numa_nodes],
         "gpus": [_gpu(g) for g in topo.gpus],
