@@ -206,3 +206,50 @@ def test_pinned_defaults_to_zero() -> None:
     del doc["pinned"]
     parsed = parse_agent_state(json.dumps(doc))
     assert parsed is not None and parsed.pinned == 0
+
+
+STALE_CHILD = r"""
+import json, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/run"], check=True)
+from mcpnode.audit.agentstate import AgentState, read_agent_state, write_agent_state
+from mcpnode.host import Host
+
+dead = subprocess.Popen(["true"]); dead.wait()  # a pid that existed and is gone
+out = {}
+with Host("/") as host:
+    for name, pid in (("alive", os.getpid()), ("dead", dead.pid)):
+        write_agent_state(host, AgentState(pid, "net-test", "/etc/mcpnode/mcpnode.toml",
+                                           "remediate", "t0", "t1"))
+        state = read_agent_state(host)
+        out[name] = None if state is None else state.profile
+print(json.dumps(out))
+"""
+
+
+def test_stale_state_of_a_dead_agent_is_ignored_on_the_live_root() -> None:
+    """On the live root the state file counts only while its pid lives (a SIGKILLed agent
+    leaves it behind). Run in a private mount namespace with a tmpfs /run."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare --mount for a private /run")
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [
+            *("unshare", "--mount", "--propagation", "private", "--"),
+            *(sys.executable, "-c", STALE_CHILD, str(repo)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if proc.returncode != 0 and "unshare" in proc.stderr:
+        pytest.skip(f"cannot create a mount namespace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"alive": "net-test", "dead": None}

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mcpnode.errors import HostError
+from mcpnode.errors import HostError, ProcessGone
 from mcpnode.host import Host
 
 AGENT_STATE_PATH = "/run/mcpnode/agent.json"
@@ -78,11 +78,22 @@ def parse_agent_state(text: str) -> AgentState | None:
 
 
 def read_agent_state(host: Host) -> AgentState | None:
+    """The state a running agent published; None when there is none, it is unreadable, or
+    (on the live root) its pid is gone: a SIGKILLed agent cannot remove its file, and its
+    profile and contested keys must not outlive it. A recorded root is taken as recorded."""
     try:
         text = host.read_optional(AGENT_STATE_PATH)
     except HostError:
         return None
-    return None if text is None else parse_agent_state(text)
+    state = None if text is None else parse_agent_state(text)
+    if state is not None and host.is_live:
+        try:
+            host.read_proc(state.pid, "stat")
+        except ProcessGone:
+            return None
+        except HostError:
+            pass  # EACCES under hidepid=: cannot tell, so trust the file
+    return state
 
 
 def write_agent_state(host: Host, state: AgentState) -> None:
