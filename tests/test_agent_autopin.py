@@ -54,6 +54,7 @@ from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.nvml import RecordedNvml
 from mcpnode.topology.parse import ParseError
 from tests import placeroot
+from tests.pinchild import CHILD, affinities, start_child, stop
 
 GPU_ADDRESS = "0000:01:00.0"  # placeroot's one GPU
 WORKER = "--mcpnode-test-worker"
@@ -535,39 +536,6 @@ def test_host_pid_for_on_a_fabricated_root(tmp_path: Path) -> None:
 
 # -- the pinner on real processes ----------------------------------------------------------------
 
-# One extra thread parked on an Event, then "ready". `--narrow` narrows the affinity to CPU 0
-# first, as a user's taskset would (the thread inherits it).
-CHILD = """
-import os, sys, threading
-if "--narrow" in sys.argv:
-    os.sched_setaffinity(0, {0})
-stop = threading.Event()
-t = threading.Thread(target=stop.wait)
-t.start()
-print("ready", flush=True)
-sys.stdin.read()
-stop.set()
-"""
-
-
-def start_child(*args: str) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    assert child.stdout.readline() == "ready\n"
-    return child
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        assert proc.stdin is not None
-        proc.stdin.close()
-    proc.wait(timeout=10)
-
 
 @pytest.fixture
 def children() -> Iterator[list[subprocess.Popen[str]]]:
@@ -583,11 +551,6 @@ def spawn(procs: list[subprocess.Popen[str]], *args: str) -> subprocess.Popen[st
     return p
 
 
-def affinities(pid: int) -> dict[int, set[int]]:
-    tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
-    return {tid: set(os.sched_getaffinity(tid)) for tid in tids}
-
-
 def logged(log: CapturingLogger, level: str) -> list[tuple[str, dict[str, Any]]]:
     return [(c.args[0], c.kwargs) for c in log.calls if c.method_name == level]
 
@@ -598,7 +561,7 @@ def test_pins_matching_processes_once(
 ) -> None:
     worker = spawn(children, WORKER)
     other = spawn(children, "--mcpnode-test-other")
-    narrowed = spawn(children, WORKER, "--narrow")
+    narrowed = spawn(children, WORKER, "--narrow", "0")
     before_other = affinities(other.pid)
     log = CapturingLogger()
     pinner = AutoPinner(Host("/"), RULES, "slice", log)
@@ -606,9 +569,9 @@ def test_pins_matching_processes_once(
     nvml = listing(root, [worker.pid, other.pid, narrowed.pid, gone])
 
     first = pinner.scan(topo, placement, nvml)
-    assert first.pinned == (PinEvent(worker.pid, None, (0,), "workers", "1", 2),)
+    assert first.pinned == (PinEvent(worker.pid, None, (0,), "workers", "1", 3),)
     assert affinities(worker.pid) == {tid: placeroot.SLICE for tid in affinities(worker.pid)}
-    assert len(affinities(worker.pid)) == 2
+    assert len(affinities(worker.pid)) == 3  # the main thread and two parked ones
     assert affinities(other.pid) == before_other
     reason = first.left_alone[0].reason
     assert first.left_alone == (LeftAlone(narrowed.pid, None, "workers", reason),)
@@ -619,7 +582,7 @@ def test_pins_matching_processes_once(
     infos = logged(log, "info")
     assert infos == [
         ("pin", {"pid": worker.pid, "ns_pid": None, "gpu": "0", "rule": "workers", "cpus": "1",
-                 "threads": 2}),
+                 "threads": 3}),
         ("pin.left-alone", {"pid": narrowed.pid, "ns_pid": None, "rule": "workers",
                             "reason": reason}),
     ]  # fmt: skip

@@ -62,27 +62,14 @@ from pathlib import Path
 params = json.loads(sys.argv[1])
 sys.path.insert(0, params["repo"])
 from tests.agentproc import AgentProc
+from tests.nschild import private_tmpfs, set_sysctl, sysctl
 
 keys = params["keys"]
 report = {"steps": {}, "errors": []}
 steps = report["steps"]
 
-def sysctl(key):
-    return " ".join(Path("/proc/sys", *key.split(".")).read_text().split())
-
-def set_sysctl(key, value):
-    Path("/proc/sys", *key.split(".")).write_text(value + "\n")
-
 def values():
     return {k: sysctl(k) for k in keys}
-
-def fs_type(target):
-    found = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if left.split()[4] == target:
-            found = right.split()[0]
-    return found
 
 KEY = "net.core.somaxconn"
 
@@ -101,11 +88,7 @@ def scrape(port):
 agent = None
 hostile = None
 try:
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-    for target in ("/var/lib", "/etc/sysctl.d", "/run"):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target], check=True)
-        if fs_type(target) != "tmpfs":
-            raise RuntimeError(f"{target} is not on tmpfs after mounting: refusing to run")
+    private_tmpfs(["/var/lib", "/etc/sysctl.d", "/run"])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     set_sysctl("net.ipv4.tcp_congestion_control", "reno")
     report["originals"] = values()
@@ -366,13 +349,12 @@ from pathlib import Path
 params = json.loads(sys.argv[1])
 sys.path.insert(0, params["repo"])
 from tests.agentproc import AgentProc
+from tests.nschild import private_tmpfs
 
 report = {"errors": []}
 agent = None
 try:
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-    for target in ("/var/lib", "/etc/sysctl.d", "/run"):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target], check=True)
+    private_tmpfs(["/var/lib", "/etc/sysctl.d", "/run"])
     work = Path("/run/agent-test")
     work.mkdir()
     (work / "mcpnode.toml").write_text(params["config"])

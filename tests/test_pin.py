@@ -20,26 +20,12 @@ from mcpnode.placement.apply import PF_KTHREAD, Target, parse_stat, pin_process
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError
 from tests import placeroot
+from tests.pinchild import affinities, start_child, stop
 from tests.tuningcli import run_cli
 
 needs_machine = pytest.mark.skipif(
     placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or ""
 )
-
-# Two extra threads parked on an Event; "ready" once they run. An optional first argument
-# narrows the main thread's affinity before the threads start (they inherit it).
-CHILD = """
-import os, sys, threading
-if len(sys.argv) > 1:
-    os.sched_setaffinity(0, {int(sys.argv[1])})
-stop = threading.Event()
-threads = [threading.Thread(target=stop.wait) for _ in range(2)]
-for t in threads:
-    t.start()
-print("ready", flush=True)
-sys.stdin.read()
-stop.set()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -47,34 +33,11 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return placeroot.build(tmp_path_factory.mktemp("placed"))
 
 
-def start_child(*args: str) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    assert child.stdout.readline() == "ready\n"
-    return child
-
-
 @pytest.fixture
 def child() -> Iterator[subprocess.Popen[str]]:
     proc = start_child()
     yield proc
     stop(proc)
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=10)
-
-
-def affinities(pid: int) -> dict[int, set[int]]:
-    tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
-    return {tid: set(os.sched_getaffinity(tid)) for tid in tids}
 
 
 @needs_machine
@@ -106,7 +69,7 @@ def test_pin_node_scope(root: Path, child: subprocess.Popen[str]) -> None:
 
 @needs_machine
 def test_narrowed_process_refused_then_forced(root: Path) -> None:
-    proc = start_child("0")
+    proc = start_child("--narrow", "0")
     try:
         assert set(map(frozenset, affinities(proc.pid).values())) == {frozenset({0})}
         code, out, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--root", str(root))

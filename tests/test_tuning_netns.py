@@ -90,13 +90,9 @@ from pathlib import Path
 
 params = json.loads(sys.argv[1])
 keys, python, repo = params["keys"], params["python"], params["repo"]
+sys.path.insert(0, repo)
+from tests.nschild import private_tmpfs, set_sysctl, sysctl
 report = {"steps": {}, "errors": []}
-
-def sysctl(key):
-    return " ".join(Path("/proc/sys", *key.split(".")).read_text().split())
-
-def set_sysctl(key, value):
-    Path("/proc/sys", *key.split(".")).write_text(value + "\n")
 
 def values():
     return {k: sysctl(k) for k in keys}
@@ -117,26 +113,8 @@ def run(name, *args):
     }
     return proc
 
-def fs_type(target):
-    # the last mount on `target` in this mount namespace (mountinfo: fields, " - ", fstype)
-    found = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if left.split()[4] == target:
-            found = right.split()[0]
-    return found
-
 try:
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-    for target in params["tmpfs_required"] + params["tmpfs_optional"]:
-        if not Path(target).is_dir():
-            if target in params["tmpfs_required"]:
-                raise RuntimeError(f"{target} is missing: refusing to write the real one")
-            continue
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target],
-                       check=True)
-        if fs_type(target) != "tmpfs":
-            raise RuntimeError(f"{target} is not on tmpfs after mounting: refusing to run")
+    private_tmpfs(params["tmpfs_required"], params["tmpfs_optional"])
     report["netns_initial"] = values()
     # A new netns inherits init_net's congestion control: start from reno so apply must work.
     set_sysctl("net.ipv4.tcp_congestion_control", "reno")

@@ -1,0 +1,42 @@
+"""Helpers for the scripts the netns tests run as children of `unshare --net --mount`
+(test_tuning_netns.py, test_agent_netns.py). Standard library only: a child imports this
+after putting the repository on sys.path."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def sysctl(key: str) -> str:
+    """Whitespace-normalised, as `sysctl -n` users compare it (the kernel uses TABs)."""
+    return " ".join(Path("/proc/sys", *key.split(".")).read_text().split())
+
+
+def set_sysctl(key: str, value: str) -> None:
+    Path("/proc/sys", *key.split(".")).write_text(value + "\n")
+
+
+def fs_type(target: str) -> str | None:
+    """The file system of the last mount on `target` in this mount namespace (mountinfo:
+    fields, " - ", fstype)."""
+    found = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if left.split()[4] == target:
+            found = right.split()[0]
+    return found
+
+
+def private_tmpfs(required: list[str], optional: tuple[str, ...] | list[str] = ()) -> None:
+    """Make every mount private, then put a tmpfs over each target; refuse to go on when a
+    required target is missing or does not end up on tmpfs (the real one would be written)."""
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    for target in [*required, *optional]:
+        if not Path(target).is_dir():
+            if target in required:
+                raise RuntimeError(f"{target} is missing: refusing to write the real one")
+            continue
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target], check=True)
+        if fs_type(target) != "tmpfs":
+            raise RuntimeError(f"{target} is not on tmpfs after mounting: refusing to run")
