@@ -290,12 +290,12 @@ class Agent:
             )
         contested_before = self.guard.held()
         drifted_before = self._drifted
-        self._remediated_now = frozenset()
+        remediated: frozenset[str] = frozenset()
         if self.config.drift_mode == "remediate" and report.drift:
-            self._remediate(report)
+            remediated = self._remediate(report)
         self.metrics.observe_reconcile(time.perf_counter() - start)
         changed = drifted != self._drifted or self.guard.held() != contested_before
-        self._drifted = drifted - self._remediated_now
+        self._drifted = drifted - remediated
         self.metrics.set_drift_state(drifted, self.guard.held())
         if changed:
             self.notifier.status(self.status_line())
@@ -309,9 +309,8 @@ class Agent:
             self._publish("drift")
         return report
 
-    _remediated_now: frozenset[str] = frozenset()
-
-    def _remediate(self, report: VerifyReport) -> None:
+    def _remediate(self, report: VerifyReport) -> frozenset[str]:
+        """Re-apply the drifted keys the guard allows; returns the keys written back."""
         assert self.profile is not None
         now = self.clock()
         fix = []
@@ -330,21 +329,17 @@ class Agent:
                 value=d.actual,
                 hint="another owner keeps changing this key; remediation stopped until reload",
             )
-        self._remediated_now = frozenset()
         if not fix:
-            return
+            return frozenset()
         result = self._apply("drift", hold=self.guard.held())
         if result is None:
-            return
-        done = set()
+            return frozenset()
+        # apply_profile raises on the first failed write, so every outcome here was written.
         for o in result.writes:
-            if o.failed:
-                continue
-            done.add(o.key)
             self.guard.remediated(o.key, now)
             self.metrics.count_drift_remediated(o.key)
             self.log.info("drift.remediated", key=o.key, old=o.old, new=o.new)
-        self._remediated_now = frozenset(done)
+        return frozenset(o.key for o in result.writes)
 
     def _pin_tick(self) -> None:
         try:
@@ -372,10 +367,10 @@ class Agent:
         the whole run. Retrying that every drift interval would rewrite every key twice per
         interval forever, and the node would stay untuned for one impossible key. So the key
         is set aside as unappliable (logged once, in STATUS, held until a reload) and the rest
-        of the profile is applied without it."""
+        of the profile is applied without it. Each failure either ends the run or sets aside a
+        key not set aside before, so the loop ends."""
         assert self.profile is not None
-        result: ApplyResult | None = None
-        for _ in range(len(self.profile.settings) + 1):
+        while True:
             try:
                 result = apply_profile(
                     self.host,
@@ -404,12 +399,9 @@ class Agent:
             except McpnodeError as err:
                 self._apply_failed(reason, str(err))
                 return None
-        if result is None:
-            self._apply_failed(reason, "every key failed")
-            return None
-        failed = [o for o in result.writes if o.failed]
-        self._last_apply = "failed" if failed or self._unappliable else "ok"
-        self.metrics.record_apply("failed" if failed else "ok", len(result.writes))
+        # Every write succeeded (apply_profile raises otherwise); keys set aside show in STATUS.
+        self._last_apply = "ok"
+        self.metrics.record_apply("ok", len(result.writes))
         if reason != "drift" or result.writes:
             self.log.info(
                 "apply",
@@ -424,8 +416,8 @@ class Agent:
 
     def _apply_failed(self, reason: str, error: str) -> None:
         assert self.profile is not None
-        self._last_apply = "failed"
         self.metrics.record_apply("failed", 0)
+        self._last_apply = "failed"
         self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=error)
 
     def _write_state(self) -> None:
@@ -651,10 +643,10 @@ class Agent:
         gpus = len(topo.gpus) if topo else 0
         nics = len(topo.nics) if topo else 0
         contested = len(self.guard.held())
-        if self._last_apply == "failed" and not self._unappliable:
-            tuning = "apply FAILED"
-        elif self._unappliable:
+        if self._unappliable:
             tuning = f"{len(self._unappliable)} key(s) cannot be applied"
+        elif self._last_apply == "failed":
+            tuning = "apply FAILED"
         elif self._drifted:
             tuning = f"{len(self._drifted)} key(s) drifted"
         else:
