@@ -471,3 +471,48 @@ def test_report_mode_reports_and_republishes(tmp_path: Path) -> None:
     prom = (root / "var/lib/node_exporter/textfile_collector/mcpnode.prom").read_text()
     assert 'mcpnode_tuning_compliant{profile="base"} 0.0' in prom
     assert "mcpnode_tuning_drift_keys 1.0" in prom
+
+
+def test_unreadable_journal_stops_writes_not_the_agent(tmp_path: Path) -> None:
+    """A journal that cannot be trusted stops every apply (STYLE: never treated as empty):
+    mid-run the drift is reported and not written, the agent keeps running and says so in
+    STATUS; at start it refuses to run (exit 1), before anything is written."""
+    root = auditroot.build(tmp_path, auditroot.HGX)
+    (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/mcpnode.toml").write_text(
+        f'[drift]\ninterval = {INTERVAL}\n[metrics]\nlisten = ""\n'
+    )
+    journal = root / "var/lib/mcpnode/tuning-journal.json"
+    agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
+    try:
+        agent.wait_message("READY=1")
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        journal.write_text("{ not json")
+        t = agent.now()
+        sysctl(root, "vm.swappiness").write_text("60\n")
+        failed = agent.wait_event("apply.failed", t, reason="drift")
+        status = agent.wait_for(
+            "STATUS apply FAILED",
+            lambda: any(
+                "STATUS=profile base: apply FAILED;" in m for at, m in agent.messages if at >= t
+            ),
+        )
+        time.sleep(3 * INTERVAL)  # retried every interval, but said once
+        errors = [e for e in agent.events if e.get("event") == "apply.failed"]
+        rc = agent.stop()
+    finally:
+        agent.close()
+    assert rc == 0 and status is not None
+    assert "tuning-journal.json" in failed["error"]
+    assert [e["level"] for e in errors] == ["error"]  # retried at debug, which info hides
+    assert sysctl(root, "vm.swappiness").read_text().strip() == "60"
+
+    again = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
+    try:
+        again.proc.wait(30)
+        again.stop()
+    finally:
+        again.close()
+    assert again.proc.returncode == 1
+    start = again.event("agent.start-failed")
+    assert start is not None and "recovering the tuning journal" in start["error"]

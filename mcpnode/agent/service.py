@@ -107,6 +107,7 @@ class Agent:
         self._exports: dict[str, str] = {}
         self._drifted: frozenset[str] = frozenset()
         self._last_apply = "none"
+        self._apply_error: str | None = None  # the last apply failure, logged once
         self._unappliable: dict[str, str] = {}  # key -> why the kernel refused it
         self._pinned = 0
         self._timers: dict[str, Timer] = {}
@@ -400,7 +401,7 @@ class Agent:
                 self._apply_failed(reason, str(err))
                 return None
         # Every write succeeded (apply_profile raises otherwise); keys set aside show in STATUS.
-        self._last_apply = "ok"
+        self._last_apply, self._apply_error = "ok", None
         self.metrics.record_apply("ok", len(result.writes))
         if reason != "drift" or result.writes:
             self.log.info(
@@ -417,8 +418,11 @@ class Agent:
     def _apply_failed(self, reason: str, error: str) -> None:
         assert self.profile is not None
         self.metrics.record_apply("failed", 0)
-        self._last_apply = "failed"
-        self.log.error("apply.failed", reason=reason, profile=self.profile.name, error=error)
+        # The drift timer retries every interval: say it once per distinct error (then at
+        # debug), not an error line every 1.5 s for as long as the journal stays unreadable.
+        log = self.log.error if error != self._apply_error else self.log.debug
+        self._last_apply, self._apply_error = "failed", error
+        log("apply.failed", reason=reason, profile=self.profile.name, error=error)
 
     def _write_state(self) -> None:
         state = AgentState(
