@@ -516,3 +516,23 @@ def test_unreadable_journal_stops_writes_not_the_agent(tmp_path: Path) -> None:
     assert again.proc.returncode == 1
     start = again.event("agent.start-failed")
     assert start is not None and "recovering the tuning journal" in start["error"]
+
+
+def test_an_exporter_that_cannot_be_written_does_not_stop_the_agent(tmp_path: Path) -> None:
+    """node_exporter's directory is a file here: the textfile cannot be written. The agent
+    says so (export.failed, with the path) and still publishes the manifest and gets READY."""
+    root = auditroot.build(tmp_path, auditroot.HGX)
+    (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/mcpnode.toml").write_text('[metrics]\nlisten = ""\n')
+    (root / "var/lib").mkdir(parents=True, exist_ok=True)
+    (root / "var/lib/node_exporter").write_text("not a directory\n")
+    agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
+    try:
+        agent.wait_message("READY=1")
+        failed = agent.event("export.failed", kind="prom")
+        rc = agent.stop()
+    finally:
+        agent.close()
+    assert rc == 0
+    assert failed is not None and "node_exporter" in failed["path"]
+    assert manifest(root)["schema"] == "mcpnode.manifest/v1"
