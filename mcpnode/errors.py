@@ -47,6 +47,22 @@ class ReadError(HostError):
     """Any other I/O failure (EIO from a dying device, a directory where a file was expected)."""
 
 
+class TooLarge(ReadError):
+    """The file holds more than the read may take (a sysfs attribute is one page, a profile a
+    few MiB): refused while reading, before the rest is read into memory."""
+
+
+class NotRegularFile(ReadError):
+    """A FIFO, socket or device node where a file was expected. Under a recorded root it is
+    refused before it is opened: opening a device node runs its driver."""
+
+
+class Untrusted(HostError):
+    """A file that would decide what mcpnode does as root (profile, config, journal, state) is
+    not controlled by root: owned by another user, writable by group or others, in such a
+    directory, or a symbolic link. Refused rather than read (sshd StrictModes, sudo)."""
+
+
 class WriteError(HostError):
     """A write failed, or the kernel refused the value written (EINVAL/ERANGE for an out-of-range
     sysctl, ENOENT for an unregistered congestion control, EBUSY, EIO). EACCES/EPERM/EROFS on a
@@ -55,6 +71,29 @@ class WriteError(HostError):
 
 class CommandFailed(HostError):
     """A command Host ran (modprobe) exited non-zero or could not be started."""
+
+
+class LockBusy(McpnodeError):
+    """The state lock is held by another mcpnode run and was not released within the wait.
+    `holder` is what that run recorded in the lock file (pid, command, since), possibly empty
+    when it had only just taken the lock."""
+
+    def __init__(self, path: str, holder: dict[str, object], waited_s: float) -> None:
+        pid = holder.get("pid")
+        command = holder.get("command")
+        since = holder.get("since")
+        who = (
+            f"pid {pid} ({command}, since {since})"
+            if pid is not None
+            else "another mcpnode process (it has not recorded itself yet)"
+        )
+        super().__init__(
+            f"{path} is held by {who}; waited {waited_s:g} s. Run again when it is done, or "
+            "give --wait SECONDS"
+        )
+        self.path = path
+        self.holder = holder
+        self.waited_s = waited_s
 
 
 # -- process placement (exec, pin) ------------------------------------------------------------

@@ -9,10 +9,25 @@ Symlinks under a non-`/` root are resolved here, one component at a time, with t
 resolver counts hops instead of recursing, so the symlink cycles found in real dumps
 (`device`, `driver`, `subsystem` pointing back up the tree) end in `SymlinkLoop`, never in a hang.
 
-Two read primitives (see STYLE.md, habit 3):
+Two read primitives:
 - `read_text` raises a typed `HostError` subclass;
 - `read_optional` returns None only for ENOENT, ENODEV and EINVAL, the errnos sysfs uses for
   "not here / not supported"; EACCES and everything else still raise.
+Every read is bounded *while reading* (`read_limit`: one page for a sysfs attribute, more for
+procfs tables and files): past the cap it raises TooLarge without reading further, so a 2 GiB
+sparse "attribute" in a fake root costs 64 KiB, not 4 GB of memory. Only regular files are read:
+under a recorded root a FIFO, socket or device node is refused *before* it is opened (opening a
+device runs its driver's open: a planted `/dev/watchdog` would arm the watchdog).
+
+`read_trusted` is for files that decide what mcpnode does as root (profiles, the agent config,
+the journal, the agent state): opened `O_NOFOLLOW`, `fstat`ed, and refused (Untrusted) unless the
+file and every directory above it up to `/` is owned by root (or the running euid) and not
+group/world-writable — the rule of sshd's StrictModes and sudo's sudoers checks. A world-
+writable directory with the sticky bit (`/tmp`) passes, as in those tools: nobody but the owner
+can rename or replace what a trusted owner put there.
+
+`lock` takes an exclusive flock(2) on a file, waiting a bounded time, and records the holder
+(pid, command, since) in it for the next one to name; the tuning state lock is built on it.
 
 Write primitives (tuning, and later the manifest), all under the same root and never through a
 symlink's last component:
@@ -21,15 +36,22 @@ symlink's last component:
 - `write_file_atomic` creates or replaces a regular file: temp file in the same directory,
   fsync, rename, fsync of the directory (journal, /etc/sysctl.d file);
 - `remove` unlinks a file; `load_module` runs modprobe, on the live root only.
+Modes are set explicitly (fchmod/chmod), so what mcpnode creates has the same modes whatever the
+caller's umask (files 0644 or as asked, directories 0755: the unit's UMask=0022). A temporary
+file left by a SIGKILLed writer (`.NAME.PID.RAND.tmp`, PID no longer running) is removed by the
+next write of the same file; a tarball's unpacked copy left by a killed process likewise by the
+next Host opened on a tarball.
 
 Process placement (`mcpnode exec`, `pin`), on the live root only: `list_tasks`, `read_proc`,
 `get_affinity`/`set_affinity`, `set_mempolicy` and `resolve_command`/`exec`. These act on the
 live kernel even when discovery reads a fixture (`exec --root`): the CLI passes a live `Host("/")`
 for the effects, and a recorded root refuses them with NotSupported.
 
-Test hook: with `MCPNODE_FAULT_KILL_AFTER_WRITES=N` in the environment the process SIGKILLs
-itself right after its N-th successful write (any of the four above), so crash tests can stop an
-apply at every point. It is read at each write, never at import.
+Test hooks, read at each write, never at import: with `MCPNODE_FAULT_KILL_AFTER_WRITES=N` in
+the environment the process SIGKILLs itself right after its N-th successful write (any of the
+four above), so crash tests can stop an apply at every point; with
+`MCPNODE_FAULT_STOP_AFTER_WRITES=N` it SIGSTOPs itself there instead (and goes on when sent
+SIGCONT), so overlap tests can run another writer at that exact point.
 """
 
 from __future__ import annotations
@@ -46,6 +68,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +80,8 @@ from mcpnode.errors import (
     CommandFailed,
     CommandNotFound,
     HostError,
+    LockBusy,
+    NotRegularFile,
     NotSupported,
     PathNotFound,
     PlacementUnavailable,
@@ -64,21 +89,38 @@ from mcpnode.errors import (
     ReadError,
     RootError,
     SymlinkLoop,
+    TooLarge,
+    Untrusted,
     WriteError,
 )
 
 # Linux's own limit on symlinks followed in one lookup (fs/namei.c MAXSYMLINKS = 40).
 _MAX_SYMLINK_HOPS = 40
-# sysfs attributes are at most one page; procfs files like mountinfo can be larger, so reads
-# loop until EOF in chunks of this size.
 _READ_CHUNK = 65536
+# Read caps, by what is read (read_limit). A sysfs attribute's show() fills at most one page
+# (fs/sysfs/file.c: sysfs_kf_seq_show, PAGE_SIZE), and the largest page Linux uses is 64 KiB
+# (arm64/ppc64 64K pages). procfs tables grow with the machine: /proc/interrupts is one line per
+# IRQ with a column per CPU (several MB on a 400-CPU host), numa_maps one line per mapping.
+# Everything else mcpnode reads (etc files, a snapshot's recorded answers) stays far below 16 MiB.
+SYSFS_READ_LIMIT = 64 << 10
+PROCFS_READ_LIMIT = 64 << 20
+FILE_READ_LIMIT = 16 << 20
+# A lock file holds one JSON line naming its holder.
+_LOCK_INFO_LIMIT = 4096
+_LOCK_POLL_S = 0.02
 
 _ABSENT_ERRNOS = frozenset({errno_mod.ENOENT, errno_mod.ENODEV, errno_mod.EINVAL})
 
 # The crash-test hook (module docstring). Counted per process, across every Host object, because
 # the journal may live under a different Host (--state-dir) than the sysctls it protects.
 FAULT_ENV = "MCPNODE_FAULT_KILL_AFTER_WRITES"
+STOP_ENV = "MCPNODE_FAULT_STOP_AFTER_WRITES"
 _writes_done = 0
+# Our temporary files: `.NAME.PID.RANDHEX.tmp` (write_file_atomic) and tarball copies
+# `mcpnode-root-PID-*` in the temporary directory (Host on a tarball).
+_TMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.[0-9a-f]{8}\.tmp\Z")
+_UNPACK_PREFIX = "mcpnode-root-"
+_UNPACK_NAME = re.compile(r"mcpnode-root-(?P<pid>[0-9]{1,10})-")
 
 # Kernel module names as modprobe takes them (module_name() in kmod: [A-Za-z0-9_-]).
 _MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
@@ -96,12 +138,76 @@ MempolicyMode = Literal["default", "preferred", "bind"]
 
 
 def _count_write() -> None:
-    """Count one successful write; SIGKILL this process after the N-th when the hook is set."""
+    """Count one successful write; SIGKILL (or SIGSTOP) this process after the N-th when a
+    test hook asks for it (module docstring)."""
     global _writes_done
     _writes_done += 1
     limit = os.environ.get(FAULT_ENV, "")
     if limit.isdigit() and _writes_done >= int(limit):
         os.kill(os.getpid(), signal.SIGKILL)
+    stop = os.environ.get(STOP_ENV, "")
+    if stop.isdigit() and _writes_done == int(stop):
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def read_limit(logical: str) -> int:
+    """The most bytes a read of `logical` may return (module docstring)."""
+    # A sysctl is read through a handler that formats at most a page, like a sysfs attribute.
+    if logical.startswith(("/sys/", "/proc/sys/")):
+        return SYSFS_READ_LIMIT
+    if logical.startswith("/proc/"):
+        return PROCFS_READ_LIMIT
+    return FILE_READ_LIMIT
+
+
+def _pid_running(pid: int) -> bool:
+    """Whether a process with this pid exists here (kill(pid, 0); EPERM means it does)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _trusted_uids() -> frozenset[int]:
+    return frozenset({0, os.geteuid()})
+
+
+def _mode_problem(st: os.stat_result, what: str, path: str) -> str | None:
+    """Why a file or directory with this stat may not be trusted, or None."""
+    if st.st_uid not in _trusted_uids():
+        return f"{what} {path} is owned by uid {st.st_uid}, not root"
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    # A sticky world-writable directory (/tmp) lets nobody but an entry's owner rename or
+    # replace that entry; the entry below it is checked on its own (sshd, sudo: same rule).
+    if writable and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        kind = (
+            "group- and world-writable"
+            if writable == (stat.S_IWGRP | stat.S_IWOTH)
+            else ("group-writable" if writable & stat.S_IWGRP else "world-writable")
+        )
+        return f"{what} {path} is {kind} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _untrusted_dirs(directory: str) -> str | None:
+    """The first directory from `directory` up to `/` that may not be trusted, as a reason."""
+    current = os.path.realpath(directory)
+    while True:
+        try:
+            st = os.stat(current)
+        except OSError as err:
+            return f"directory {current} cannot be checked: {err.strerror}"
+        problem = _mode_problem(st, "directory", current)
+        if problem is not None:
+            return problem
+        if current == "/":
+            return None
+        current = os.path.dirname(current) or "/"
 
 
 @dataclass
@@ -140,6 +246,19 @@ class CommandResult:
         }
 
 
+class FileStat(NamedTuple):
+    """What lstat(2) says of one path, for state kept across runs (the persisted file's mode and
+    owner to restore; whether the journal changed since it was last read)."""
+
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    mtime_ns: int
+    ino: int
+    dev: int
+
+
 class Entry(NamedTuple):
     """One directory entry as listed, without following symlinks. A NamedTuple rather than a
     dataclass: discovery lists thousands of these (SR-IOV hosts), and tuples sort by name."""
@@ -176,6 +295,98 @@ def _translate_write(err: OSError, logical: str) -> HostError:
     return WriteError(logical, code, detail)
 
 
+def _require_regular(st: os.stat_result, logical: str) -> None:
+    """Raise NotRegularFile unless `st` is a regular file: a directory (errno EISDIR, as read(2)
+    would say), a FIFO, socket or device node (never read: it has no content of its own)."""
+    if stat.S_ISREG(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise NotRegularFile(logical, errno_mod.EISDIR, "is a directory, not a regular file")
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(st.st_mode)
+        else "a socket"
+        if stat.S_ISSOCK(st.st_mode)
+        else "a device node"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        else "not a regular file"
+    )
+    raise NotRegularFile(logical, None, f"is {kind}, not a regular file")
+
+
+def _read_capped(fd: int, cap: int, logical: str) -> bytes:
+    """Read `fd` to EOF, refusing more than `cap` bytes while reading (never read to EOF first).
+
+    A short read is EOF for sysfs attributes (one page, returned whole), for procfs seq_files
+    (seq_read fills the buffer until EOF) and for regular files, so the common case is one
+    read() instead of read() + an empty read()."""
+    want = min(_READ_CHUNK, cap + 1)
+    try:
+        data = os.read(fd, want)
+        if len(data) == want:
+            chunks = [data]
+            total = len(data)
+            while total <= cap:
+                chunk = os.read(fd, min(_READ_CHUNK, cap + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            data = b"".join(chunks)
+    except OSError as err:
+        raise _translate(err, logical) from err
+    if len(data) > cap:
+        raise TooLarge(logical, errno_mod.EFBIG, f"larger than {cap} bytes (refused while reading)")
+    return data
+
+
+def _remove_stale_temps(dir_fs: str, name: str) -> None:
+    """Unlink `.NAME.PID.RAND.tmp` files in `dir_fs` whose writer no longer runs (a SIGKILL
+    between create and rename leaves one; the file they were for is whole either way)."""
+    try:
+        entries = os.listdir(dir_fs)
+    except OSError:
+        return
+    for entry in entries:
+        m = _TMP_NAME.match(entry)
+        if m is None or m.group("name") != name or _pid_running(int(m.group("pid"))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(f"{dir_fs.rstrip('/')}/{entry}")
+
+
+def _remove_stale_unpacks() -> None:
+    """Remove tarball copies (`mcpnode-root-PID-*` in the temporary directory) whose process no
+    longer runs: a SIGKILL skips the finalizer that would have removed them."""
+    base = tempfile.gettempdir()
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return
+    for entry in entries:
+        m = _UNPACK_NAME.match(entry)
+        if m is None or _pid_running(int(m.group("pid"))):
+            continue
+        path = os.path.join(base, entry)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        # Only our own: a directory (not a link to one) owned by this uid.
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _lock_holder(fd: int) -> dict[str, object]:
+    """What the holder of a lock recorded in it ({} when nothing readable was recorded)."""
+    try:
+        data = os.pread(fd, _LOCK_INFO_LIMIT, 0)
+        doc = json.loads(data.decode("utf-8", "replace")) if data.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def _split(logical: str) -> list[str]:
     return [p for p in logical.split("/") if p not in ("", ".")]
 
@@ -199,7 +410,8 @@ class Host:
 
             if not host_tar.is_tarball(given):
                 raise RootError(f"{given}: not a directory, .tar.gz or .tar.bz2")
-            self._tmpdir = tempfile.mkdtemp(prefix="mcpnode-root-")
+            _remove_stale_unpacks()
+            self._tmpdir = tempfile.mkdtemp(prefix=f"{_UNPACK_PREFIX}{os.getpid()}-")
             # Remove the unpacked copy when this Host is collected or the process exits.
             self._finalizer = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
             try:
@@ -362,57 +574,106 @@ class Host:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def read_bytes(self, logical: str) -> bytes:
-        """The whole content of a file. Raises a HostError subclass on any failure."""
-        # O_NONBLOCK: a FIFO planted in a directory root must not hang discovery; regular,
-        # sysfs and procfs files ignore the flag.
-        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    def read_bytes(self, logical: str, limit: int | None = None) -> bytes:
+        """The whole content of a regular file, at most `limit` bytes (default: read_limit).
+
+        Raises TooLarge past the limit (having read limit + 1 bytes, no more), NotRegularFile for
+        a FIFO, socket, device or directory, and the other HostError subclasses on failure."""
+        cap = read_limit(logical) if limit is None else limit
+        fd, fs = self._open_regular(logical)
         try:
-            fs = self._real_fs(logical)
-            if not self._native:
-                flags |= os.O_NOFOLLOW
-            try:
-                fd = os.open(fs, flags)
-            except OSError as err:
-                if err.errno != errno_mod.ELOOP or self._native:
-                    raise
-                # The last component is a symlink: resolve it inside the root, then open.
-                fs = self._prefix + self._resolve(logical, follow_last=True)
-                fd = os.open(fs, flags)
-        except HostError:
-            raise
-        except OSError as err:
-            raise _translate(err, logical) from err
-        try:
-            # A short read is EOF for sysfs attributes (one page, returned whole), for procfs
-            # seq_files (seq_read fills the buffer until EOF) and for regular files, so the
-            # common case is one read() instead of read() + an empty read().
-            data = os.read(fd, _READ_CHUNK)
-            if len(data) == _READ_CHUNK:
-                chunks = [data]
-                while chunk := os.read(fd, _READ_CHUNK):
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-        except OSError as err:
-            raise _translate(err, logical) from err
+            data = _read_capped(fd, cap, logical)
         finally:
             os.close(fd)
         if self._recording is not None:
             self._recording.files[fs[len(self._prefix) :]] = data
         return data
 
-    def read_text(self, logical: str) -> str:
+    def _open_regular(self, logical: str, *, follow_last: bool = True) -> tuple[int, str]:
+        """Open a regular file for reading; (fd, filesystem path). Under a recorded root the
+        entry is lstat()ed first so that a device node or FIFO is never opened at all."""
+        # O_NONBLOCK: a FIFO on the live root must not hang a read (it is refused after fstat);
+        # regular, sysfs and procfs files ignore the flag. O_NOCTTY: a tty never becomes ours.
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        try:
+            fs = self._real_fs(logical)
+            expect: os.stat_result | None = None
+            if not self._native:
+                flags |= os.O_NOFOLLOW
+                expect = os.lstat(fs)
+                if stat.S_ISLNK(expect.st_mode):
+                    if not follow_last:
+                        raise SymlinkLoop(logical, errno_mod.ELOOP, "is a symbolic link")
+                    # The last component is a symlink: resolve it inside the root, then open.
+                    fs = self._prefix + self._resolve(logical, follow_last=True)
+                    expect = os.lstat(fs)
+                _require_regular(expect, logical)
+            elif not follow_last:
+                flags |= os.O_NOFOLLOW
+            fd = os.open(fs, flags)
+        except HostError:
+            raise
+        except OSError as err:
+            if err.errno == errno_mod.ELOOP and not follow_last:
+                raise SymlinkLoop(logical, err.errno, "is a symbolic link") from err
+            raise _translate(err, logical) from err
+        try:
+            st = os.fstat(fd)
+            _require_regular(st, logical)
+            if expect is not None and (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
+                raise ReadError(logical, None, "replaced while it was being opened")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, fs
+
+    def read_trusted(self, logical: str, limit: int) -> bytes:
+        """A file that decides what mcpnode does as root (profile, config, journal, state),
+        at most `limit` bytes: opened O_NOFOLLOW (the file itself may not be a symlink),
+        fstat()ed, and refused unless it is a regular file owned by root (or this euid) that
+        nobody else can write, in directories nobody else can write, up to `/`.
+
+        Raises Untrusted (naming the file or directory and why), TooLarge, NotRegularFile,
+        PathNotFound, AccessDenied, SymlinkLoop and the other HostError subclasses."""
+        fd, fs = self._open_regular(logical, follow_last=False)
+        try:
+            problem = _mode_problem(os.fstat(fd), "file", fs) or _untrusted_dirs(
+                os.path.dirname(fs) or "/"
+            )
+            if problem is not None:
+                raise Untrusted(logical, None, f"refusing to trust it: {problem}")
+            data = _read_capped(fd, limit, logical)
+        finally:
+            os.close(fd)
+        if self._recording is not None:
+            self._recording.files[fs[len(self._prefix) :]] = data
+        return data
+
+    def check_trusted_dir(self, logical: str) -> None:
+        """Raise Untrusted unless directory `logical` and every directory above it up to `/` is
+        owned by root (or this euid) and not group/world-writable (sticky excepted). For
+        directories whose *listing* decides what is loaded (a profiles directory: a file planted
+        there shadows a shipped profile). An absent directory passes (nothing to load)."""
+        try:
+            real = self.realpath(logical)
+        except PathNotFound:
+            return
+        problem = _untrusted_dirs(self.fs_path(real))
+        if problem is not None:
+            raise Untrusted(logical, None, f"refusing to trust it: {problem}")
+
+    def read_text(self, logical: str, limit: int | None = None) -> str:
         """File content decoded as UTF-8 (undecodable bytes replaced, so garbage stays visible
         to the parser, which then rejects it). Raises a HostError subclass."""
-        return self.read_bytes(logical).decode("utf-8", errors="replace")
+        return self.read_bytes(logical, limit).decode("utf-8", errors="replace")
 
-    def read_optional(self, logical: str) -> str | None:
+    def read_optional(self, logical: str, limit: int | None = None) -> str | None:
         """Like read_text, but None for ENOENT/ENODEV/EINVAL ("not here / not supported").
 
-        EACCES, ELOOP, EIO and the rest still raise: they are problems, not absence.
+        EACCES, ELOOP, EIO, TooLarge and the rest still raise: they are problems, not absence.
         """
         try:
-            return self.read_text(logical)
+            return self.read_text(logical, limit)
         except (PathNotFound, NotSupported) as err:
             if err.errno in _ABSENT_ERRNOS:
                 return None
@@ -607,8 +868,12 @@ class Host:
             try:
                 real = self.realpath(candidate)
             except PathNotFound:
+                fs = self.fs_path(candidate)
                 try:
-                    os.mkdir(self.fs_path(candidate), mode)
+                    os.mkdir(fs, mode)
+                    # mkdir(2) applies the umask: a caller's 077 would leave /run/mcpnode
+                    # unreadable by the launchers that read the manifest.
+                    os.chmod(fs, mode, follow_symlinks=False)
                 except FileExistsError:
                     pass
                 except OSError as err:
@@ -617,10 +882,19 @@ class Host:
             if not os.path.isdir(self.fs_path(real)):
                 raise WriteError(logical, errno_mod.ENOTDIR, f"{real} is not a directory")
 
-    def write_file_atomic(self, logical: str, data: bytes, mode: int = 0o644) -> None:
+    def write_file_atomic(
+        self,
+        logical: str,
+        data: bytes,
+        mode: int = 0o644,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
         """Create or replace a regular file atomically: a temporary file in the same directory
         (O_EXCL), fsync, rename over the target, fsync of the directory. A crash leaves either
         the old content or the new, never a mix; parent directories are created (0755).
+        `mode` is set exactly (not narrowed by the umask); `owner` (uid, gid) when given, else
+        the writer's. Temporary files of this name left by a writer that no longer runs are
+        removed first.
 
         Raises AccessDenied or WriteError (a HostError subclass)."""
         parts = _split(logical)
@@ -629,6 +903,7 @@ class Host:
         parent = "/" + "/".join(parts[:-1])
         self.makedirs(parent)
         dir_fs = self.fs_path(self.realpath(parent))
+        _remove_stale_temps(dir_fs, parts[-1])
         final = dir_fs.rstrip("/") + "/" + parts[-1]
         tmp = f"{dir_fs.rstrip('/')}/.{parts[-1]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
@@ -642,6 +917,8 @@ class Host:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
+                if owner is not None:
+                    os.fchown(fd, owner[0], owner[1])  # before fchmod: chown clears setuid bits
                 os.fchmod(fd, mode)  # the umask must not narrow a world-readable file
                 os.fsync(fd)
             finally:
@@ -653,6 +930,74 @@ class Host:
             raise _translate_write(err, logical) from err
         self._fsync_dir(dir_fs)
         _count_write()
+
+    def lstat(self, logical: str) -> FileStat | None:
+        """Type, mode, owner, size and identity of `logical` itself (a symlink is not
+        followed), None when it does not exist. Raises a HostError subclass otherwise."""
+        try:
+            st = os.lstat(self._real_fs(logical))
+        except PathNotFound:
+            return None
+        except OSError as err:
+            if err.errno in (errno_mod.ENOENT, errno_mod.ENOTDIR):
+                return None
+            raise _translate(err, logical) from err
+        return FileStat(
+            st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+        )
+
+    @contextlib.contextmanager
+    def lock(self, logical: str, *, wait_s: float, holder: dict[str, object]) -> Iterator[None]:
+        """Hold an exclusive flock(2) on `logical` (created 0600 if absent) for the block.
+
+        Waits up to `wait_s` seconds for another holder to let go, then raises LockBusy naming
+        the holder it recorded. Once taken, `holder` (JSON: pid, command, since) is written into
+        the file for the next one to read; it is emptied again at release. The lock file and
+        its directories must be trusted like a journal (Untrusted otherwise): a lock anyone can
+        write or replace would not exclude anyone. The lock goes with the process: a SIGKILLed
+        holder releases it, and the next one overwrites what it recorded."""
+        import fcntl  # only writers take the lock
+
+        parts = _split(logical)
+        if not parts:
+            raise WriteError(logical, errno_mod.EINVAL, "not a file name")
+        self.makedirs("/" + "/".join(parts[:-1]))
+        fs = self._real_fs(logical)
+        # The directory first: nothing is created in one that others could write.
+        problem = _untrusted_dirs(os.path.dirname(fs) or "/")
+        if problem is not None:
+            raise Untrusted(logical, None, f"refusing to lock it: {problem}")
+        try:
+            fd = os.open(fs, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as err:
+            raise _translate_write(err, logical) from err
+        try:
+            st = os.fstat(fd)
+            problem = None if stat.S_ISREG(st.st_mode) else f"{fs} is not a regular file"
+            problem = problem or _mode_problem(st, "lock file", fs)
+            if problem is not None:
+                raise Untrusted(logical, None, f"refusing to lock it: {problem}")
+            deadline = time.monotonic() + max(0.0, wait_s)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise LockBusy(self.fs_path(logical), _lock_holder(fd), wait_s) from None
+                    time.sleep(min(_LOCK_POLL_S, left))
+            info = (json.dumps(holder, sort_keys=True) + "\n").encode()
+            with contextlib.suppress(OSError):  # the record is for messages; the flock is the lock
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, info, 0)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
 
     def remove(self, logical: str) -> bool:
         """Unlink a file (a symlink itself, never its target). True when something was removed,

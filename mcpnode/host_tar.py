@@ -21,6 +21,17 @@ from mcpnode.errors import RootError
 _ROOT_MARKERS = ("sys", "proc", "mcpnode-snapshot.json")
 _READ_CHUNK = 65536
 
+# Bounds on what an archive may unpack to. A snapshot of the largest hosts seen (hwloc's dumps
+# of 4-socket machines: ~40k entries, tens of MB) is far below each; a 40 KB .tar.gz holding a
+# 1 TiB sparse member, or millions of empty entries, is not.
+MAX_MEMBERS = 500_000
+MAX_TOTAL_BYTES = 2 << 30
+# No file mcpnode reads is larger than its biggest read cap (procfs tables, host.py).
+MAX_MEMBER_BYTES = 64 << 20
+# PATH_MAX is 4096 bytes; the deepest sysfs paths of real dumps are ~25 components.
+MAX_NAME_BYTES = 4096
+MAX_DEPTH = 128
+
 # What a damaged archive raises while it is read: tarfile's own errors, OSError (gzip's
 # BadGzipFile on a CRC mismatch, bz2's "Invalid data stream"), EOFError (a stream cut short) and
 # zlib.error, which tarfile lets through when it seeks over bad deflate data between headers.
@@ -40,8 +51,24 @@ def _member_ok(name: str) -> str | None:
     """Why a tar member name is refused, or None when it is safe to place under the root."""
     if name.startswith("/"):
         return "absolute member name"
-    if any(p == ".." for p in name.split("/")):
+    parts = name.split("/")
+    if any(p == ".." for p in parts):
         return "member name contains '..'"
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return f"member name longer than {MAX_NAME_BYTES} bytes"
+    if len(parts) > MAX_DEPTH:
+        return f"member path deeper than {MAX_DEPTH} directories"
+    return None
+
+
+def _size_problem(m: tarfile.TarInfo) -> str | None:
+    """Why a member's content is refused, or None."""
+    if m.issparse():
+        # Sparse members (GNU/PAX sparse maps) expand to their full size when written; nothing
+        # mcpnode records is sparse, so they are refused rather than filled in.
+        return "sparse member skipped"
+    if m.isfile() and m.size > MAX_MEMBER_BYTES:
+        return f"member larger than {MAX_MEMBER_BYTES} bytes skipped"
     return None
 
 
@@ -61,20 +88,24 @@ def safe_extract(tarball: Path, dest: Path) -> list[tuple[str, str]]:
     except _ARCHIVE_ERRORS as err:
         raise RootError(f"{tarball}: not a readable tar archive ({err})") from err
     with tf:
-        try:
-            members = tf.getmembers()
-        except _ARCHIVE_ERRORS as err:
-            raise RootError(f"{tarball}: corrupt tar archive ({err})") from err
+        members = _members(tf, tarball)
+        total = 0
         for m in members:
             name = m.name
             while name.startswith("./"):
                 name = name[2:]
             if name in ("", "."):
                 continue
-            why = _member_ok(name)
+            why = _member_ok(name) or _size_problem(m)
             if why is not None:
                 notes.append((m.name, why))
                 continue
+            if m.isfile():
+                total += m.size
+                if total > MAX_TOTAL_BYTES:
+                    raise RootError(
+                        f"{tarball}: unpacks to more than {MAX_TOTAL_BYTES} bytes; refused"
+                    )
             target = os.path.join(dest_real, name)
             parent = os.path.dirname(target)
             # Check before creating anything: makedirs below a symlinked component would create
@@ -93,6 +124,22 @@ def safe_extract(tarball: Path, dest: Path) -> list[tuple[str, str]]:
                 notes.append((m.name, f"not extracted: {err}"))
         _check_archive_end(tf, tarball)
     return notes
+
+
+def _members(tf: tarfile.TarFile, tarball: Path) -> list[tarfile.TarInfo]:
+    """The member list, refusing an archive with more than MAX_MEMBERS entries while reading
+    its headers (getmembers() would read them all first)."""
+    members: list[tarfile.TarInfo] = []
+    try:
+        while True:
+            m = tf.next()
+            if m is None:
+                return members
+            members.append(m)
+            if len(members) > MAX_MEMBERS:
+                raise RootError(f"{tarball}: more than {MAX_MEMBERS} members; refused")
+    except _ARCHIVE_ERRORS as err:
+        raise RootError(f"{tarball}: corrupt tar archive ({err})") from err
 
 
 def _check_archive_end(tf: tarfile.TarFile, tarball: Path) -> None:

@@ -663,8 +663,8 @@ class RebornPid(Host):
         self.pid = pid
         self.reborn = False
 
-    def read_text(self, logical: str) -> str:
-        text = super().read_text(logical)
+    def read_text(self, logical: str, limit: int | None = None) -> str:
+        text = super().read_text(logical, limit)
         if self.reborn and logical == f"/proc/{self.pid}/stat":
             head, _, rest = text.rpartition(")")
             fields = rest.split()

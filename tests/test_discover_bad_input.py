@@ -219,5 +219,8 @@ def test_fifo_in_a_directory_root_does_not_hang(tmp_path: Path) -> None:
     (root / GPU_DIR / "numa_node").unlink()
     os.mkfifo(root / GPU_DIR / "numa_node")
     topo = run(root)  # a blocking open would hang here forever
-    assert f"/{GPU_DIR}/numa_node" in codes(topo)["read.garbage"]
+    # Refused before it is opened (lstat): a FIFO is not an attribute.
+    assert f"/{GPU_DIR}/numa_node" in codes(topo)["read.error"]
+    (problem,) = [p for p in topo.problems if p.source == f"/{GPU_DIR}/numa_node"]
+    assert "is a FIFO, not a regular file" in problem.detail
     assert_intact(topo)
