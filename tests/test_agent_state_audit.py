@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mcpnode.audit import tuning
-from mcpnode.audit.agentstate import (
+from mcpnode.audit.model import Finding, Status
+from mcpnode.audit.run import run_audit
+from mcpnode.host import Host
+from mcpnode.tuning.active import active_profile
+from mcpnode.tuning.agentstate import (
     AGENT_STATE_PATH,
     SCHEMA,
     AgentState,
@@ -18,9 +21,6 @@ from mcpnode.audit.agentstate import (
     read_agent_state,
     write_agent_state,
 )
-from mcpnode.audit.model import Finding, Status
-from mcpnode.audit.run import run_audit
-from mcpnode.host import Host
 from tests import auditroot
 
 CONTESTED = ContestedKey("vm.swappiness", 3, 600.0, "2025-03-01T12:00:05+00:00", "60")
@@ -89,7 +89,7 @@ def test_no_contested_keys_no_finding(root: Path) -> None:
     with Host(root) as h:
         write_agent_state(h, AgentState(**{**STATE.__dict__, "contested": ()}))
         report = run_audit(h, only=["tuning"])
-        assert tuning.configured_profile(h) == "inference-latency"
+        assert active_profile(h).name == "inference-latency"
     assert contested(report.findings) == []
 
 
@@ -100,16 +100,16 @@ def test_only_contested_can_be_selected(root: Path) -> None:
     assert [f.id for f in report.findings] == ["tuning.contested"]
 
 
-def test_configured_profile_prefers_the_agent(tmp_path: Path) -> None:
+def test_active_profile_prefers_the_agent(tmp_path: Path) -> None:
     root = auditroot.build(
         tmp_path,
         auditroot.NO_GPU,
         files={"etc/sysctl.d/90-mcpnode.conf": "# profile: inference-throughput (x)\n"},
     )
     with Host(root) as h:
-        assert tuning.configured_profile(h) == "inference-throughput"
+        assert active_profile(h).name == "inference-throughput"
         write_agent_state(h, STATE)
-        assert tuning.configured_profile(h) == "inference-latency"
+        assert active_profile(h).name == "inference-latency"
         # an explicit --profile still wins over both
         assert run_audit(h, only=["tuning"], profile="base").profile == "base"
 
@@ -151,7 +151,8 @@ def test_garbage_state_file_is_ignored(tmp_path: Path, text: str) -> None:
     path.write_text(text)
     with Host(root) as h:
         assert read_agent_state(h) is None
-        assert tuning.configured_profile(h) == "base"
+        assert active_profile(h).source == "persisted"  # the garbage state is not believed
+        assert active_profile(h).name == "base"
         report = run_audit(h, only=["tuning"])
     assert report.problems == ()
     assert contested(report.findings) == []
@@ -213,7 +214,7 @@ import json, os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 subprocess.run(["mount", "--make-rprivate", "/"], check=True)
 subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/run"], check=True)
-from mcpnode.audit.agentstate import AgentState, read_agent_state, write_agent_state
+from mcpnode.tuning.agentstate import AgentState, read_agent_state, write_agent_state
 from mcpnode.host import Host
 
 dead = subprocess.Popen(["true"]); dead.wait()  # a pid that existed and is gone

@@ -145,7 +145,7 @@ WRITERS = {
     "mcpnode/tuning/apply.py": "sysctl and sysfs values; /etc/sysctl.d/90-mcpnode.conf",
     "mcpnode/tuning/journal.py": "the tuning journal",
     "mcpnode/placement/manifest.py": "the manifest",
-    "mcpnode/audit/agentstate.py": "the agent's state file",
+    "mcpnode/tuning/agentstate.py": "the agent's state file",
     "mcpnode/placement/exporters/write.py": "exporter files (`mcpnode export`)",
     "mcpnode/agent/service.py": "exporter files; removes the state file at stop",
     "mcpnode/cli/main.py": "`mcpnode audit --output` (mcpnode-audit.service)",
@@ -158,10 +158,10 @@ WRITE_CALL = re.compile(
 
 def agent_write_paths() -> dict[str, str]:
     """Files the agent writes with its default configuration (any export kind enabled) -> why."""
-    from mcpnode.audit.agentstate import AGENT_STATE_PATH
     from mcpnode.placement.exporters.write import KINDS
     from mcpnode.placement.manifest import MANIFEST_PATH
     from mcpnode.tuning import paths
+    from mcpnode.tuning.agentstate import AGENT_STATE_PATH
 
     out = {
         paths.JOURNAL_PATH: "tuning journal",

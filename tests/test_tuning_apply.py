@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +100,20 @@ def test_journal_is_written_before_the_first_write(env: Env) -> None:
             order.append(logical)
             super().write_text(logical, text)
 
-        def write_file_atomic(self, logical: str, data: bytes, mode: int = 0o644) -> None:
+        def write_file_atomic(
+            self,
+            logical: str,
+            data: bytes,
+            mode: int = 0o644,
+            owner: tuple[int, int] | None = None,
+        ) -> None:
             if logical == paths.JOURNAL_PATH and paths.JOURNAL_PATH not in order:
                 journal = json.loads(data)
                 assert journal["state"] == "applying"
                 planned = {i.path for i in apply_plan.writes}
                 assert {e["path"] for e in journal["entries"]} == planned
             order.append(logical)
-            super().write_file_atomic(logical, data, mode)
+            super().write_file_atomic(logical, data, mode, owner)
 
     host = Watched(env.root)
     from mcpnode.tuning.plan import plan
@@ -165,9 +170,15 @@ def test_unknown_key_is_reported_not_written(env: Env) -> None:
     result = apply_profile(env.host, env.profile("uring"), env.store)
     (item,) = result.plan.items
     assert item.action == "unsupported" and "io_uring_enable" in item.reason
-    assert tree(env.root) == before
+    # Nothing written but the journal, which records that "uring" is applied (no entries).
+    after = tree(env.root)
+    journal = json.loads(after.pop("var/lib/mcpnode/tuning-journal.json")[1])
+    assert (journal["entries"], journal["applied"]["profile"]) == ([], "uring")
+    assert {k: v for k, v in after.items() if not k.startswith("var")} == before
     code, out, _ = env.cli("verify", "--profile", "uring")
-    assert code == 0 and "not on this kernel: kernel.io_uring_enable" in out
+    # No key of it exists here: nothing could be checked, so compliance is unknown (exit 3).
+    assert code == 3 and "not on this kernel: kernel.io_uring_enable" in out
+    assert "UNKNOWN" in out
 
 
 def test_verify_reports_drift_and_exits_1(env: Env) -> None:
@@ -241,14 +252,17 @@ def test_cli_logs_json_lines_to_stderr(env: Env) -> None:
 # -- failures ---------------------------------------------------------------------------------
 
 
-def _fifo(root: Path, key: str) -> None:
+def _unwritable(root: Path, key: str) -> None:
+    """Make `key` readable but not writable: its file becomes a symlink (to a real file under
+    proc/sys). Reads resolve it inside the root; writes refuse a symlink (O_NOFOLLOW: ELOOP)."""
     path = sysctl_file(root, key)
-    path.unlink()
-    os.mkfifo(path)
+    target = path.with_name(path.name + "_target")
+    path.rename(target)
+    path.symlink_to(target.name)
 
 
 def test_failed_write_undoes_earlier_writes_in_reverse(env: Env) -> None:
-    _fifo(env.root, "net.ipv4.tcp_notsent_lowat")  # opening it for writing fails (ENXIO)
+    _unwritable(env.root, "net.ipv4.tcp_notsent_lowat")  # opening it for writing: ELOOP
     before = kernel_view(env.root)
     with capture_logs() as logs, pytest.raises(ApplyFailed) as err:
         apply_profile(env.host, env.profile(), env.store)
@@ -273,7 +287,7 @@ def test_failed_write_undoes_earlier_writes_in_reverse(env: Env) -> None:
 def test_failed_write_puts_the_previous_journal_back(env: Env) -> None:
     apply_profile(env.host, env.profile("base"), env.store)
     journal_before = env.journal()
-    _fifo(env.root, "kernel.numa_balancing")
+    _unwritable(env.root, "kernel.numa_balancing")
     with pytest.raises(ApplyFailed):
         apply_profile(env.host, env.profile(), env.store)
     assert env.journal() == journal_before
@@ -338,7 +352,7 @@ def test_untrusted_journal_stops_apply_and_rollback(env: Env, garbage: bytes) ->
 
 def test_journal_that_cannot_be_read_is_an_error(env: Env) -> None:
     (env.root / paths.JOURNAL_PATH.lstrip("/")).mkdir(parents=True)
-    with pytest.raises(JournalError, match="cannot read"):
+    with pytest.raises(JournalError, match="cannot be used: is a directory"):
         apply_profile(env.host, env.profile(), env.store)
 
 

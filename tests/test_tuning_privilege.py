@@ -154,7 +154,7 @@ def test_real_eacces_is_reported_naming_root_and_undone(shared_tmp: Path) -> Non
     profiles = write_profiles(shared_tmp / "profiles")
     state = root / "var/lib/mcpnode"
     state.mkdir(parents=True)
-    state.chmod(0o777)
+    os.chown(state, NOBODY, NOBODY)  # the state directory is the runner's own (a trusted owner)
     (root / "proc/sys/vm/swappiness").chmod(0o666)  # the first write succeeds...
     max_map = root / "proc/sys/vm/max_map_count"  # ...the second is refused: EACCES
     assert stat.S_IMODE(max_map.stat().st_mode) == 0o644

@@ -124,14 +124,22 @@ def write_profiles(directory: Path, profiles: dict[str, str] | None = None) -> P
     return directory
 
 
+# The state lock file stays once created, by design: unlinking a lock file after use races with
+# a run already waiting on it (it would lock the unlinked file while a third locks a new one).
+LOCK_FILE = "var/lib/mcpnode/mcpnode.lock"
+
+
 def tree(root: Path) -> dict[str, tuple[int, bytes | str]]:
-    """Every file and directory under `root` with its mode and content (byte-identity checks)."""
+    """Every file and directory under `root` with its mode and content (byte-identity checks),
+    but the state lock file (LOCK_FILE)."""
     out: dict[str, tuple[int, bytes | str]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             st = p.lstat()
             rel = str(p.relative_to(root))
+            if rel == LOCK_FILE:
+                continue
             if p.is_symlink():
                 out[rel] = (st.st_mode, os.readlink(p))
             elif p.is_file():

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from mcpnode.audit.agentstate import ContestedKey
+from mcpnode.tuning.agentstate import ContestedKey
 
 
 @dataclass

@@ -11,12 +11,26 @@ recover:  what the agent calls at start: undo an interrupted apply or rollback, 
 A SIGKILL at any point leaves a journal whose state is not "applied" (or no journal, when no
 write had happened yet), and the next apply/rollback/recover restores every original first.
 Every write logs one structlog event with key, old, new and result.
+
+Each of the three holds the state lock (tuning/lock.py) from loading the journal to its final
+save, so two runs never interleave; a run that cannot get it within the store's wait raises
+LockBusy and changes nothing. A dry run only reads and takes no lock.
+
+The journal keeps the applied profile (name, content hash, when, by what) for as long as it
+stays applied, also when no key needed writing: it is how `mcpnode profiles active`, verify and
+the audit know which profile this host is tuned with.
+
+Test hook: `MCPNODE_FAULT_PAUSE_AFTER_LOAD=SECONDS` sleeps between loading the journal and the
+first read of the host, so overlap tests can run another writer in exactly that window.
 """
 
 from __future__ import annotations
 
 import errno as errno_mod
+import os
+import time
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 import structlog
@@ -25,7 +39,14 @@ from mcpnode.errors import HostError
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
-from mcpnode.tuning.journal import Journal, JournalEntry, JournalStore, PersistRecord
+from mcpnode.tuning.journal import (
+    AppliedBy,
+    AppliedProfile,
+    Journal,
+    JournalEntry,
+    JournalStore,
+    PersistRecord,
+)
 from mcpnode.tuning.outcome import Outcome, Result
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values, render_conf
 from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
@@ -35,6 +56,18 @@ from mcpnode.tuning.state import Absent, read_state, read_value
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH
+PAUSE_ENV = "MCPNODE_FAULT_PAUSE_AFTER_LOAD"
+
+
+def _fault_pause() -> None:
+    """The overlap-test hook (module docstring); read at each run, never at import."""
+    value = os.environ.get(PAUSE_ENV, "")
+    try:
+        seconds = float(value) if value else 0.0
+    except ValueError:
+        return
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 def logger() -> Any:
@@ -106,8 +139,12 @@ def _restore_persisted(host: Host, record: PersistRecord, log: Any) -> Outcome:
     try:
         if record.original is None:
             host.remove(record.path)
-        elif current != record.original:
-            host.write_file_atomic(record.path, record.original.encode("utf-8"), mode=0o644)
+        elif current != record.original or not _meta_matches(host, record):
+            owner = None if record.uid is None or record.gid is None else (record.uid, record.gid)
+            mode = 0o644 if record.mode is None else record.mode
+            host.write_file_atomic(
+                record.path, record.original.encode("utf-8"), mode=mode, owner=owner
+            )
         else:
             return Outcome(PERSIST_KEY, record.path, current, "original", "unchanged")
     except HostError as err:
@@ -120,6 +157,21 @@ def _restore_persisted(host: Host, record: PersistRecord, log: Any) -> Outcome:
         "restore", key=PERSIST_KEY, old="mcpnode" if current else None, new=new, result="restored"
     )
     return Outcome(PERSIST_KEY, record.path, None, new, "restored")
+
+
+def _meta_matches(host: Host, record: PersistRecord) -> bool:
+    """Whether the file still has the mode and owner recorded (True when none was recorded)."""
+    if record.mode is None:
+        return True
+    try:
+        st = host.lstat(record.path)
+    except HostError:
+        return False
+    return (
+        st is not None
+        and st.mode & 0o7777 == record.mode
+        and (st.uid, st.gid) == (record.uid, record.gid)
+    )
 
 
 def _restore_everything(
@@ -140,26 +192,30 @@ def _restore_everything(
 
 
 def rollback(host: Host, store: JournalStore, log: Any | None = None) -> RollbackResult:
-    """Restore every original recorded in the journal, then remove the persisted file and the
-    journal. Nothing to do without a journal. Raises JournalError (unreadable journal) or
-    RollbackIncomplete (some originals could not be written; the journal is kept)."""
+    """Restore every original recorded in the journal (the persisted file with its mode and
+    owner), then remove the persisted file and the journal. Nothing to do without a journal.
+    Raises LockBusy (another run holds the state lock), JournalError (unreadable or untrusted
+    journal) or RollbackIncomplete (some originals could not be written; the journal is kept)."""
     log = log if log is not None else logger()
-    journal = store.load()
-    if journal is None:
-        return RollbackResult(store.shown, None, ())
-    return RollbackResult(
-        store.shown, journal.profile, _restore_everything(host, store, journal, log)
-    )
+    with store.lock.hold(store.wait_s):
+        journal = store.load()
+        if journal is None:
+            return RollbackResult(store.shown, None, ())
+        return RollbackResult(
+            store.shown, journal.profile, _restore_everything(host, store, journal, log)
+        )
 
 
 def recover(host: Host, store: JournalStore, log: Any | None = None) -> tuple[Outcome, ...]:
-    """Undo an interrupted apply or rollback (journal state not "applied"). For agent start."""
+    """Undo an interrupted apply or rollback (journal state not "applied"). For agent start.
+    Raises LockBusy, JournalError or RollbackIncomplete like rollback."""
     log = log if log is not None else logger()
-    journal = store.load()
-    if journal is None or journal.state == "applied":
-        return ()
-    log.warning("recover", journal=store.shown, state=journal.state, profile=journal.profile)
-    return _restore_everything(host, store, journal, log)
+    with store.lock.hold(store.wait_s):
+        journal = store.load()
+        if journal is None or journal.state == "applied":
+            return ()
+        log.warning("recover", journal=store.shown, state=journal.state, profile=journal.profile)
+        return _restore_everything(host, store, journal, log)
 
 
 def _load_modules(host: Host, items: tuple[PlanItem, ...], log: Any) -> tuple[Outcome, ...]:
@@ -192,19 +248,39 @@ def apply_profile(
     persist: bool = False,
     dry_run: bool = False,
     hold: frozenset[str] = frozenset(),
+    by: AppliedBy = "cli",
     log: Any | None = None,
 ) -> ApplyResult:
-    """Apply `profile` to `host`, journaling originals in `store` first.
+    """Apply `profile` to `host`, journaling originals in `store` first, under the state lock
+    (a dry run only reads, unlocked). `by` is recorded in the journal as who applied it.
 
     `hold` names keys left exactly as they are: not written, not restored, their journal
     entries kept. The agent holds the keys it gave up remediating (another owner keeps
     changing them): writing the profile's value or the original back would both be fighting.
 
-    Raises JournalError before any write when the journal cannot be trusted, ApplyFailed when a
-    write fails (after undoing the earlier ones), RollbackIncomplete when undoing an interrupted
-    earlier run fails, and HostError subclasses for failures outside the writes."""
+    Raises LockBusy when another run holds the state lock past the store's wait, JournalError
+    before any write when the journal cannot be trusted, ApplyFailed when a write fails (after
+    undoing the earlier ones), RollbackIncomplete when undoing an interrupted earlier run fails,
+    and HostError subclasses for failures outside the writes."""
     log = log if log is not None else logger()
+    if dry_run:
+        return _apply(host, profile, store, persist, True, hold, by, log)
+    with store.lock.hold(store.wait_s):
+        return _apply(host, profile, store, persist, False, hold, by, log)
+
+
+def _apply(
+    host: Host,
+    profile: Profile,
+    store: JournalStore,
+    persist: bool,
+    dry_run: bool,
+    hold: frozenset[str],
+    by: AppliedBy,
+    log: Any,
+) -> ApplyResult:
     journal = store.load()
+    _fault_pause()
     notes: list[str] = []
     recovered: tuple[Outcome, ...] = ()
     if journal is not None and journal.state != "applied":
@@ -274,16 +350,21 @@ def apply_profile(
     ]
     persist_record = base.persist
     if persist and persist_record is None:
-        persist_record = PersistRecord(paths.PERSIST_PATH, host.read_optional(paths.PERSIST_PATH))
+        persist_record = PersistRecord.of(
+            paths.PERSIST_PATH,
+            host.read_optional(paths.PERSIST_PATH),
+            host.lstat(paths.PERSIST_PATH),
+        )
     modules = base.modules + tuple(
         o.new for o in loads if o.result == "loaded" and o.new not in base.modules
     )
     todo = [*(r for r in restores if r.action == "set"), *current.writes]
+    applied = _applied_record(profile, by, journal)
     working: Journal | None = None
     if todo or persist:
         # Entries being restored stay in the journal until the run completes.
         working = Journal(
-            "applying", profile.name, (*base.entries, *added), persist_record, modules
+            "applying", profile.name, (*base.entries, *added), persist_record, modules, applied
         )
         store.save(working)
 
@@ -305,11 +386,9 @@ def apply_profile(
             _fail(host, store, journal, done, failure, log)
         log.info("write", key=PERSIST_KEY, old=None, new=profile.name, result="ok")
 
-    final = Journal("applied", profile.name, (*kept, *added), persist_record, modules)
-    if final.empty:
-        if working is not None or journal is not None:
-            store.remove()
-    elif working is not None or final != journal:
+    # Kept even with no entries: it records which profile is applied (tuning/active.py).
+    final = Journal("applied", profile.name, (*kept, *added), persist_record, modules, applied)
+    if working is not None or final != journal:
         store.save(final)
     restored = sum(1 for r in restores if r.action == "set")
     if restored:
@@ -326,6 +405,18 @@ def apply_profile(
         journal=store.shown,
         notes=tuple(notes),
     )
+
+
+def _applied_record(profile: Profile, by: AppliedBy, before: Journal | None) -> AppliedProfile:
+    """The journal's `applied` for this run: the previous record (its time) when the same
+    profile, unchanged, is applied again by the same kind of run, so the agent's drift
+    remediations do not rewrite it every interval; a new one otherwise."""
+    digest = profile.content_hash
+    old = before.applied if before is not None else None
+    if old is not None and (old.profile, old.hash, old.by) == (profile.name, digest, by):
+        return old
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return AppliedProfile(profile.name, digest, now, by)
 
 
 def _fail(

@@ -10,6 +10,7 @@ from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.facts import FACTS, netns_note
 from mcpnode.tuning.profile import list_profiles, load_profile
+from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.state import Absent, read_value
 from mcpnode.tuning.values import describe
 
@@ -36,6 +37,7 @@ class Explanation:
     set_by: tuple[SetBy, ...]
     netns: str | None
     privilege: str
+    sensitive: str | None = None  # why a profile must name it in allow_sensitive
 
 
 def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation:
@@ -90,4 +92,5 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
         set_by=tuple(set_by),
         netns=netns_note(key),
         privilege=f"writing needs {need}: {req.why}",
+        sensitive=sensitive_reason(key),
     )

@@ -9,27 +9,41 @@ replaced atomically (temp + fsync + rename + directory fsync) at every change.
      "profile": "inference-latency",
      "entries": [{"key": "net.core.somaxconn", "path": <its file under /proc/sys>,
                   "original": "4096"}, ...],              # first original of each key, in order
-     "persist": {"path": "/etc/sysctl.d/90-mcpnode.conf", "original": null} | null,
-     "modules": ["tcp_bbr"]}                               # loaded by mcpnode (never unloaded)
+     "persist": {"path": "/etc/sysctl.d/90-mcpnode.conf", "original": null,
+                 "mode": 420, "uid": 0, "gid": 0} | null,  # the file before mcpnode wrote it
+     "modules": ["tcp_bbr"],                               # loaded by mcpnode (never unloaded)
+     "applied": {"profile": "inference-latency", "hash": "sha256:...",
+                 "at": "2026-12-01T19:50:02+00:00", "by": "cli" | "agent"}}
+
+`applied` answers "which profile is this host tuned with" (tuning/active.py): it is kept while
+the profile stays applied, even when no key needed writing (a journal with no entries), and goes
+with the journal at rollback. Older journals without it are read as applied by "cli".
 
 `state` other than "applied" means a run stopped half-way (crash, SIGKILL, power loss): the
 next apply, rollback or agent start restores every original before doing anything else.
 
 A journal that exists but cannot be read, parsed or trusted raises JournalError. It is never
-treated as empty: it is the only record of the originals. Entries are checked against the key
--> path mapping, so an edited journal cannot aim a restore at any other file.
+treated as empty: it is the only record of the originals. Trusted means root's alone (Host's
+read_trusted): a journal planted in a world-writable --state-dir or in a /var/lib/mcpnode owned
+by another user would otherwise be replayed as root (`kernel.core_pattern = |/tmp/x %p` is code
+execution). Entries are checked against the key -> path mapping, so an edited journal cannot aim
+a restore at any other file.
+
+Every save and remove requires the state lock (tuning/lock.py), held from the load before it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.errors import HostError, PathNotFound
+from mcpnode.host import FileStat, Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import JournalError
+from mcpnode.tuning.lock import DEFAULT_WAIT_S, LOCK_NAME, StateLock
 from mcpnode.tuning.profile import PROFILE_NAME
 
 SCHEMA = "mcpnode.tuning-journal/v1"
@@ -37,6 +51,10 @@ JournalState = Literal["applying", "applied", "rolling-back"]
 STATES: tuple[JournalState, ...] = ("applying", "applied", "rolling-back")
 MAX_JOURNAL_BYTES = 16 << 20
 MAX_ORIGINAL_BYTES = 1 << 16  # a whole persisted file may be an original
+AppliedBy = Literal["cli", "agent"]
+APPLIED_BY: tuple[AppliedBy, ...] = ("cli", "agent")
+_HASH = re.compile(r"sha256:[0-9a-f]{64}\Z")
+_WHEN = re.compile(r"[0-9T:+.Z-]{10,40}\Z")
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,26 @@ class JournalEntry:
 class PersistRecord:
     path: str
     original: str | None  # the file's content before mcpnode wrote it; None: it did not exist
+    mode: int | None = None  # its permission bits and owner then (None: not recorded)
+    uid: int | None = None
+    gid: int | None = None
+
+    @staticmethod
+    def of(path: str, original: str | None, st: FileStat | None) -> PersistRecord:
+        if original is None or st is None:
+            return PersistRecord(path, original)
+        return PersistRecord(path, original, st.mode & 0o7777, st.uid, st.gid)
+
+
+@dataclass(frozen=True)
+class AppliedProfile:
+    """Which profile the journal's run applied: its name, content hash (Profile.content_hash),
+    when (ISO 8601 UTC) and by what (`mcpnode apply` or the agent)."""
+
+    profile: str
+    hash: str | None
+    at: str | None
+    by: AppliedBy
 
 
 @dataclass(frozen=True)
@@ -59,6 +97,7 @@ class Journal:
     entries: tuple[JournalEntry, ...]
     persist: PersistRecord | None = None
     modules: tuple[str, ...] = ()
+    applied: AppliedProfile | None = None
 
     def with_state(self, state: JournalState) -> Journal:
         return replace(self, state=state)
@@ -82,14 +121,37 @@ def to_json(journal: Journal) -> str:
         "entries": [
             {"key": e.key, "path": e.path, "original": e.original} for e in journal.entries
         ],
-        "persist": (
-            None
-            if journal.persist is None
-            else {"path": journal.persist.path, "original": journal.persist.original}
-        ),
+        "persist": _persist_json(journal.persist),
         "modules": list(journal.modules),
+        "applied": (
+            None
+            if journal.applied is None
+            else {
+                "profile": journal.applied.profile,
+                "hash": journal.applied.hash,
+                "at": journal.applied.at,
+                "by": journal.applied.by,
+            }
+        ),
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _persist_json(record: PersistRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    doc: dict[str, Any] = {"path": record.path, "original": record.original}
+    if record.mode is not None:
+        doc.update(mode=record.mode, uid=record.uid, gid=record.gid)
+    return doc
+
+
+def _id_or_none(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+        raise ValueError(value)
+    return value
 
 
 def _original_problem(value: object, limit: int) -> str | None:
@@ -137,28 +199,71 @@ def from_json(text: str, where: str) -> Journal:
     if raw_persist is not None:
         if (
             not isinstance(raw_persist, dict)
-            or set(raw_persist) != {"path", "original"}
+            or set(raw_persist) not in ({"path", "original"}, {"path", "original", *_META})
             or raw_persist["path"] != paths.PERSIST_PATH
         ):
             raise JournalError(where, f"persist is not {{path: {paths.PERSIST_PATH}, original}}")
         original = raw_persist["original"]
         if original is not None and _original_problem(original, MAX_ORIGINAL_BYTES):
             raise JournalError(where, "persist original is not a file's text")
-        persist = PersistRecord(paths.PERSIST_PATH, original)
+        try:
+            mode = _id_or_none(raw_persist.get("mode"))
+            uid = _id_or_none(raw_persist.get("uid"))
+            gid = _id_or_none(raw_persist.get("gid"))
+        except ValueError as err:
+            raise JournalError(where, f"persist mode/uid/gid {err} is not a number") from err
+        if mode is not None and mode > 0o7777:
+            raise JournalError(where, f"persist mode {mode:o} is not a file mode")
+        persist = PersistRecord(paths.PERSIST_PATH, original, mode, uid, gid)
     modules = doc.get("modules", [])
     if not isinstance(modules, list) or not all(
         isinstance(m, str) and paths.MODULE_NAME.match(m) for m in modules
     ):
         raise JournalError(where, "modules is not a list of module names")
-    return Journal(state, profile, tuple(entries), persist, tuple(modules))
+    return Journal(
+        state, profile, tuple(entries), persist, tuple(modules), _applied(doc, profile, where)
+    )
+
+
+_META = ("mode", "uid", "gid")
+
+
+def _applied(doc: dict[str, Any], profile: str, where: str) -> AppliedProfile:
+    raw = doc.get("applied")
+    if raw is None:  # a journal from before `applied` existed: only `mcpnode apply` wrote them
+        return AppliedProfile(profile, None, None, "cli")
+    if not isinstance(raw, dict) or set(raw) != {"profile", "hash", "at", "by"}:
+        raise JournalError(where, "applied is not {profile, hash, at, by}")
+    name, digest, at, by = raw["profile"], raw["hash"], raw["at"], raw["by"]
+    if name != profile:
+        raise JournalError(where, f"applied.profile {str(name)[:80]!r} is not {profile!r}")
+    if digest is not None and (not isinstance(digest, str) or not _HASH.match(digest)):
+        raise JournalError(where, "applied.hash is not sha256:<64 hex digits>")
+    if at is not None and (not isinstance(at, str) or not _WHEN.match(at)):
+        raise JournalError(where, "applied.at is not an ISO 8601 time")
+    if by not in APPLIED_BY:
+        raise JournalError(where, f"applied.by {str(by)[:40]!r} is not one of cli, agent")
+    return AppliedProfile(name, digest, at, by)
 
 
 class JournalStore:
-    """Where the journal lives: a Host (the tuned root, or a separate --state-dir) and a path."""
+    """Where the journal lives: a Host (the tuned root, or a separate --state-dir) and a path,
+    with the state lock beside it (`mcpnode.lock` in the same directory). `command` names this
+    run to a writer that has to wait for it; `wait_s` is how long this one waits for another."""
 
-    def __init__(self, host: Host, path: str = paths.JOURNAL_PATH) -> None:
+    def __init__(
+        self,
+        host: Host,
+        path: str = paths.JOURNAL_PATH,
+        *,
+        command: str = "mcpnode",
+        wait_s: float = DEFAULT_WAIT_S,
+    ) -> None:
         self.host = host
         self.path = path
+        self.wait_s = wait_s
+        directory = path.rsplit("/", 1)[0]
+        self.lock = StateLock(host, f"{directory}/{LOCK_NAME}", command)
 
     @property
     def shown(self) -> str:
@@ -166,20 +271,34 @@ class JournalStore:
 
     def load(self) -> Journal | None:
         """The journal, or None when there is none. Raises JournalError when one exists but
-        cannot be read or trusted (EACCES, EIO, not JSON, a wrong schema, a foreign path)."""
+        cannot be read or trusted (EACCES, EIO, a symlink, not root's alone, larger than any
+        journal mcpnode writes, not JSON, a wrong schema, a foreign path)."""
         try:
-            data = self.host.read_optional(self.path)
-        except HostError as err:
-            raise JournalError(self.shown, f"cannot read: {err.detail}") from err
-        if data is None:
+            data = self.host.read_trusted(self.path, MAX_JOURNAL_BYTES)
+        except PathNotFound:
             return None
-        if len(data) > MAX_JOURNAL_BYTES:
-            raise JournalError(self.shown, "larger than any journal mcpnode writes")
-        return from_json(data, self.shown)
+        except HostError as err:
+            raise JournalError(self.shown, f"cannot be used: {err.detail}") from err
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise JournalError(self.shown, f"not UTF-8 (byte {err.start})") from err
+        return from_json(text, self.shown)
+
+    def identity(self) -> FileStat | None:
+        """The journal file's identity (inode, size, mtime), None when absent: cheap enough for
+        the agent to notice at every drift interval that another run replaced the journal."""
+        try:
+            return self.host.lstat(self.path)
+        except HostError:
+            return None
 
     def save(self, journal: Journal) -> None:
-        """Replace the journal atomically. Raises a HostError subclass."""
+        """Replace the journal atomically (mode 0600). Requires the state lock. Raises a
+        HostError subclass."""
+        self.lock.require("saving the tuning journal")
         self.host.write_file_atomic(self.path, to_json(journal).encode("utf-8"), mode=0o600)
 
     def remove(self) -> None:
+        self.lock.require("removing the tuning journal")
         self.host.remove(self.path)

@@ -51,6 +51,7 @@ class PlanItem:
     action: Action
     reason: str
     source: str  # profile file that set it ("" for journal restores)
+    unread: bool = False  # the current value could not be read (EACCES, EIO, a bad link)
 
     @property
     def is_module(self) -> bool:
@@ -97,7 +98,7 @@ def _unusable(
     if isinstance(reading, Unreadable):
         # Never write a value whose original could not be saved (tuned skips these too).
         action: Action = "needs-privilege" if reading.denied else "skipped"
-        return PlanItem(key, path, rule, None, None, action, reading.reason, source)
+        return PlanItem(key, path, rule, None, None, action, reading.reason, source, unread=True)
     return None
 
 

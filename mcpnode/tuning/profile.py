@@ -4,6 +4,7 @@
     name = "inference-latency"          # optional; when given it must match the file name
     summary = "..."
     include = ["base"]                  # depth-first, later wins, cycles rejected
+    allow_sensitive = ["kernel.sysrq"]  # sensitive keys this file sets (tuning/sensitive.py)
 
     [sysctl]
     # why, and the kernel default        <- the comment block above a key is kept (explain)
@@ -28,11 +29,23 @@ which wins on a name clash (tuned's rule for /etc/tuned/profiles).
 
 Everything is validated before any host value is read: unknown sections or keys, wrong types,
 keys that are not `[a-z0-9_-]` segments joined by dots, control characters or more than 4096
-bytes in a value (a sysctl value is at most a page) raise ProfileError naming file and key.
+bytes in a value (a sysctl value is at most a page), integers the key's kernel handler would
+refuse (tuning/keytypes.py), and sensitive keys (code execution, kernel control:
+tuning/sensitive.py) that the file setting them does not list in `allow_sensitive` raise
+ProfileError naming file and key.
+
+Files are read as root's alone (Host.read_trusted): a profile owned by another user, writable by
+group or others, in such a directory, or a symbolic link is refused, so a file planted in a
+loose /etc/mcpnode/profiles cannot shadow a shipped profile. TOML goes through tuning/tomlsafe.py
+(bounded nesting and dotted keys). Includes are resolved once each: a profile reached by several
+paths (a diamond) is merged where it is first reached, so resolution costs one parse per file
+and one visit per include edge, however the includes fan out.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -42,19 +55,16 @@ from typing import Any, Literal
 
 from mcpnode.errors import HostError, RootError
 from mcpnode.host import Host
-from mcpnode.tuning import paths
+from mcpnode.tuning import keytypes, paths, tomlsafe
 from mcpnode.tuning.errors import ProfileError
+from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z", re.ASCII)  # bbr, cubic, performance
 MAX_VALUE_BYTES = 4096
-MAX_FILE_BYTES = 4 << 20
+# The largest shipped profile is ~7 KB; 1 MiB bounds the linear cost of parsing a hostile one.
+MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16
 THP_CHOICES = ("always", "madvise", "never")
 SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu")
@@ -88,6 +98,31 @@ class Profile:
             if s.key == key:
                 return s
         return None
+
+    @property
+    def content_hash(self) -> str:
+        """`sha256:<hex>` of what the profile asks of a host: its chain, every setting's key and
+        value, its modules. Comments and file locations are left out, so the same profile
+        installed in two places has one hash; any changed value changes it."""
+        doc = {
+            "chain": list(self.chain),
+            "settings": [[s.key, _desired_json(s.desired)] for s in self.settings],
+            "modules": list(self.modules),
+        }
+        canon = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _desired_json(desired: Desired) -> dict[str, Any]:
+    if isinstance(desired, Exact):
+        return {"exact": desired.text}
+    if isinstance(desired, AtLeast):
+        return {"min": list(desired.fields)}
+    return {
+        "prefer": list(desired.prefer),
+        "fallback": desired.fallback,
+        "load": list(desired.load),
+    }
 
 
 @dataclass(frozen=True)
@@ -191,6 +226,9 @@ def _at_least(file: str, key: str, value: object) -> AtLeast:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise _err(file, key, "min must be an integer or a string of integers", "sysctl")
     if isinstance(value, int):
+        problem = keytypes.integer_problem(key, value)
+        if problem:
+            raise _err(file, key, f"min {problem}", "sysctl")
         return AtLeast((value,))
     problem = _text_problem(value)
     if problem:
@@ -198,6 +236,9 @@ def _at_least(file: str, key: str, value: object) -> AtLeast:
     parts = value.split()
     if not all(re.fullmatch(r"[+-]?[0-9]+", p, re.ASCII) for p in parts):
         raise _err(file, key, f"min {value[:60]!r} is not made of integers", "sysctl")
+    problem = keytypes.text_problem(key, value)
+    if problem:
+        raise _err(file, key, f"min {problem}", "sysctl")
     return AtLeast(tuple(int(p) for p in parts))
 
 
@@ -205,11 +246,12 @@ def _sysctl_value(file: str, key: str, value: object) -> Desired:
     if isinstance(value, bool):
         raise _err(file, key, "a boolean is not a sysctl value (write 0 or 1)", "sysctl")
     if isinstance(value, int):
-        if abs(value) >= 1 << 64:
-            raise _err(file, key, "integer out of range (64 bits)", "sysctl")
+        problem = keytypes.integer_problem(key, value)
+        if problem:
+            raise _err(file, key, problem, "sysctl")
         return Exact.of(value)
     if isinstance(value, str):
-        problem = _text_problem(value)
+        problem = _text_problem(value) or keytypes.text_problem(key, value)
         if problem:
             raise _err(file, key, f"value {problem}", "sysctl")
         return Exact.of(value)
@@ -265,16 +307,16 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
 
     Raises ProfileError naming `file` and the offending key."""
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise _err(file, None, f"not valid TOML: {err}") from err
+        doc = tomlsafe.loads(text)
+    except tomlsafe.TomlRejected as err:
+        raise _err(file, None, f"not valid TOML: {err}") from None
     for name in doc:
         if name not in SECTIONS:
             raise _err(file, name, f"unknown section (allowed: {', '.join(SECTIONS)})")
     comments = _comments(text)
 
     head = _section(file, doc, "profile")
-    _only(file, "profile", head, ("name", "summary", "include"))
+    _only(file, "profile", head, ("name", "summary", "include", "allow_sensitive"))
     name = head.get("name", stem)
     if not isinstance(name, str) or name != stem:
         raise _err(file, "name", f"must be {stem!r}, the file's name", "profile")
@@ -290,13 +332,37 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
             raise _err(file, "include", f"{str(inc)[:60]!r} is not a profile name", "profile")
         includes.append(inc)
 
+    raw_allowed = head.get("allow_sensitive", [])
+    if not isinstance(raw_allowed, list) or not all(
+        isinstance(k, str) and paths.sysctl_key_problem(k) is None for k in raw_allowed
+    ):
+        raise _err(file, "allow_sensitive", "must be a list of sysctl names", "profile")
+    allowed = frozenset(raw_allowed)
+
     settings: list[Setting] = []
     for key, value in _section(file, doc, "sysctl").items():
         problem = paths.sysctl_key_problem(key)
         if problem:
             raise _err(file, key, problem, "sysctl")
+        why = sensitive_reason(key)
+        if why is not None and key not in allowed:
+            raise _err(
+                file,
+                key,
+                f"sensitive: {why}. Setting it needs `allow_sensitive = [{key!r}]` in this "
+                "file's [profile] table",
+                "sysctl",
+            )
         note = comments.get(("sysctl", key), "")
         settings.append(Setting(key, _sysctl_value(file, key, value), file, note))
+    unused = sorted(allowed - {s.key for s in settings})
+    if unused:
+        raise _err(
+            file,
+            "allow_sensitive",
+            f"names {', '.join(unused)}, which this file does not set (keep the list exact)",
+            "profile",
+        )
 
     vm = _section(file, doc, "vm")
     _only(file, "vm", vm, ("transparent_hugepage",))
@@ -395,11 +461,9 @@ class _Catalog:
                 "profile",
             )
         try:
-            data = source.host.read_bytes(source.logical)
+            data = source.host.read_trusted(source.logical, MAX_FILE_BYTES)
         except HostError as err:
-            raise _err(source.file, None, f"cannot read: {err.detail}") from err
-        if len(data) > MAX_FILE_BYTES:
-            raise _err(source.file, None, f"larger than {MAX_FILE_BYTES} bytes")
+            raise _err(source.file, None, f"cannot be used: {err.detail}") from err
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -413,11 +477,16 @@ def _merge(
     wanted_by: str | None,
     stack: tuple[str, ...],
     parsed: dict[str, ProfileDoc],
+    merged: set[str],
 ) -> Iterator[ProfileDoc]:
-    """Yield the docs to merge for `name`, includes depth-first, `name` itself last."""
+    """Yield the docs to merge for `name`, includes depth-first, `name` itself last; a profile
+    already merged in this resolution (`merged`) is not yielded again, so a diamond or a name
+    included twice costs nothing more and its values are applied where it was first reached."""
     if name in stack:
         cycle = " -> ".join([*stack[stack.index(name) :], name])
         raise _err(wanted_by or name, "include", f"include cycle: {cycle}", "profile")
+    if name in merged:
+        return
     if len(stack) >= MAX_INCLUDE_DEPTH:
         raise _err(wanted_by or name, "include", f"includes nest deeper than {MAX_INCLUDE_DEPTH}")
     doc = parsed.get(name)
@@ -426,7 +495,8 @@ def _merge(
         doc = parse_profile(text, source.file, name)
         parsed[name] = doc
     for inc in doc.includes:
-        yield from _merge(catalog, inc, doc.file, (*stack, name), parsed)
+        yield from _merge(catalog, inc, doc.file, (*stack, name), parsed, merged)
+    merged.add(name)
     yield doc
 
 
@@ -435,17 +505,19 @@ def load_profile(name: str, host: Host, system_dir: Path | None = None) -> Profi
 
     Raises ProfileError for a missing profile or include, a cycle, or any invalid file: before
     anything else on the host is read."""
+    return _load(name, _Catalog(host, system_dir), {})
+
+
+def _load(name: str, catalog: _Catalog, parsed: dict[str, ProfileDoc]) -> Profile:
+    """load_profile over a catalog and a cache of parsed files shared by several loads."""
     if not PROFILE_NAME.match(name):
         raise _err(f"{name[:60]}.toml", None, "not a profile name ([a-z0-9_-], 64 at most)")
-    catalog = _Catalog(host, system_dir)
-    parsed: dict[str, ProfileDoc] = {}
     merged: dict[str, Setting] = {}
     modules: dict[str, None] = {}
     chain: list[str] = []
     top: ProfileDoc | None = None
-    for doc in _merge(catalog, name, None, (), parsed):
-        if doc.name not in chain:
-            chain.append(doc.name)
+    for doc in _merge(catalog, name, None, (), parsed, set()):
+        chain.append(doc.name)
         for setting in doc.settings:
             merged[setting.key] = setting  # dict keeps the first position, takes the last value
         modules.update(dict.fromkeys(doc.modules))
@@ -463,14 +535,15 @@ def load_profile(name: str, host: Host, system_dir: Path | None = None) -> Profi
 
 def list_profiles(host: Host, system_dir: Path | None = None) -> tuple[ProfileInfo, ...]:
     """Every profile visible from `host`, sorted by name; a broken one is listed with its error
-    rather than hiding the others."""
+    rather than hiding the others. Each file is read and parsed once for the whole listing."""
     catalog = _Catalog(host, system_dir)
+    parsed: dict[str, ProfileDoc] = {}
     rows = []
     for name in sorted(catalog.sources):
         source = catalog.sources[name]
         shadows = catalog.shadowed.get(name)
         try:
-            profile = load_profile(name, host, system_dir)
+            profile = _load(name, catalog, parsed)
         except ProfileError as err:
             rows.append(ProfileInfo(name, source.origin, source.file, "", (), shadows, str(err)))
             continue

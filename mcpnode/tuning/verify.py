@@ -4,6 +4,12 @@ It is the same `plan()` apply executes, so verify cannot drift from apply: a key
 exactly when apply would write it (or would, given the privilege). Keys the kernel lacks and
 keys that cannot be read are listed apart: they are not drift, and not passes either (tuned
 counts a missing sysctl as passed; mcpnode says so instead).
+
+Compliance is three-valued (`VerifyReport.compliant`): False with any drift; None — unknown,
+with `unknown_reason` — when a key could not be read, or when not one key of the profile could
+be checked here (a dump without /proc/sys); True only when every key that exists was read and
+matches. Unknown is never reported as compliant: the manifest, exporters, fleet report and
+metrics carry it as unknown, and `mcpnode verify` exits 3 for it.
 """
 
 from __future__ import annotations
@@ -35,7 +41,32 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """No drift (which is not the same as compliant: see `compliant`)."""
         return not self.drift
+
+    @property
+    def checked(self) -> int:
+        """Keys read and found matching."""
+        return sum(1 for i in self.plan.items if i.action == "ok")
+
+    @property
+    def unknown_reason(self) -> str | None:
+        """Why compliance cannot be told (no drift seen, but not everything could be read)."""
+        unread = [i.key for i in self.unverified if i.unread]
+        if unread:
+            more = f" and {len(unread) - 5} more" if len(unread) > 5 else ""
+            shown = ", ".join(unread[:5]) + more
+            return f"{len(unread)} key(s) of profile {self.profile!r} could not be read: {shown}"
+        if self.checked == 0:
+            return f"no key of profile {self.profile!r} could be read here"
+        return None
+
+    @property
+    def compliant(self) -> bool | None:
+        """True, False, or None when unknown (unknown_reason says why)."""
+        if self.drift:
+            return False
+        return None if self.unknown_reason is not None else True
 
 
 def drift_of(p: Plan) -> VerifyReport:
