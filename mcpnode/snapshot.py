@@ -64,12 +64,9 @@ def capture(host: Host) -> tuple[Topology, Recording, RecordingNvml]:
 def record_audit(host: Host, topo: Topology) -> None:
     """Run every audit area over `topo` for what it reads; the report itself is dropped. The
     audit already turns a failing collector into a finding, so this never raises for one."""
-    from mcpnode.audit.context import build_context
-    from mcpnode.audit.run import AREAS, run_areas
-    from mcpnode.audit.tuning import configured_profile
+    from mcpnode.audit.run import AREAS, audit_context, run_areas
 
-    ctx = build_context(host, topo, configured_profile(host))
-    run_areas(host, ctx, AREAS)
+    run_areas(host, audit_context(host, topo, None, None), AREAS)
 
 
 def metadata(

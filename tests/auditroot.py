@@ -336,7 +336,8 @@ def statuses(report: AuditReport, finding_id: str) -> dict[str | None, str]:
 
 def context(host: str = NO_GPU, **overrides: Any) -> AuditContext:
     """An AuditContext over a committed host fixture's topology (NVML replayed), for checks
-    tested on facts built by hand; `overrides` replace fields (is_root=False, ...)."""
+    tested on facts built by hand, checking profile "base"; `overrides` replace fields
+    (is_root=False, profile=None, ...)."""
     with Host(HOSTS / host) as h:
-        ctx = build_context(h, discover_host(h))
+        ctx = build_context(h, discover_host(h), "base")
     return replace(ctx, **overrides)

@@ -89,20 +89,24 @@ def _area(prefix: str, calls: list[str], fail: str | None = None) -> Area:
     return Area(prefix, prefix.title(), collect, check)
 
 
-def test_a_failing_collector_or_check_is_a_skip_and_a_problem(tmp_path: Path) -> None:
+def test_a_failing_collector_or_check_is_a_fail_and_a_problem(tmp_path: Path) -> None:
+    """An area that could not be verified fails the gate: SKIP would let a host whose
+    configuration could not even be read through."""
     calls: list[str] = []
     areas = [_area("aa", calls, "collect"), _area("bb", calls, "check"), _area("cc", calls)]
     with Host(auditroot.build(tmp_path, auditroot.NO_GPU)) as h:
         report = run_audit(h, areas=areas, now=FIXED)
     assert [(f.id, f.status) for f in report.findings] == [
-        ("aa.audit", Status.SKIP),
-        ("bb.audit", Status.SKIP),
+        ("aa.audit", Status.FAIL),
+        ("bb.audit", Status.FAIL),
         ("cc.one", Status.PASS),
     ]
-    assert "the collector failed (ValueError: collector broke)" in report.findings[0].summary
+    assert "could not be verified: the collector failed (ValueError: collector broke)" in (
+        report.findings[0].summary
+    )
     assert "the check failed (KeyError" in report.findings[1].summary
     assert len(report.problems) == 2 and report.problems[0].startswith("aa: collector failed")
-    assert not report.failed
+    assert report.failed
     assert report.generated_at == "2025-01-01T00:00:00+00:00"
 
 

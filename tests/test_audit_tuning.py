@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mcpnode.audit import tuning
 from mcpnode.audit.model import Status
 from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
+from mcpnode.tuning.active import active_profile
 from tests import auditroot
 
 
@@ -34,7 +34,10 @@ def test_drift_and_override(tmp_path: Path) -> None:
         ("/proc/sys/vm/swappiness", "actual 60"),
         ("profile base (base.toml)", "expected 10"),
     ]
-    assert swap.remedy is not None and "sysctl -w vm.swappiness='10'" in swap.remedy
+    # One command for all the drift, the same on every key (the profile was persisted).
+    assert swap.remedy == "mcpnode apply --profile base --persist"
+    drift = [f for f in report.findings if f.id == "tuning.drift"]
+    assert len(drift) > 1 and {f.remedy for f in drift} == {swap.remedy}
     # 99-local.conf runs after 90-mcpnode.conf and sets another value: it wins at boot.
     # 10-early.conf runs before it: not an override.
     (override,) = [f for f in report.findings if f.id == "tuning.override"]
@@ -45,24 +48,36 @@ def test_drift_and_override(tmp_path: Path) -> None:
 
 def test_keys_missing_from_the_root_are_one_info(tmp_path: Path) -> None:
     with Host(auditroot.build(tmp_path, auditroot.NO_GPU, healthy=False)) as h:
-        report = run_audit(h, only=["tuning"])
+        report = run_audit(h, only=["tuning"], profile="base")
     got = {f.id: f.status.value for f in report.findings}
     assert got == {"tuning.drift": "SKIP", "tuning.unsupported": "INFO"}
 
 
-def test_configured_profile_from_the_persisted_file(tmp_path: Path) -> None:
+def test_untuned_host_is_info_not_fail(tmp_path: Path) -> None:
+    """No agent, journal, persisted file or config: nobody chose a profile, so nothing FAILs
+    against one; the one finding says how to tune it."""
+    with Host(auditroot.build(tmp_path, auditroot.NO_GPU, healthy=False)) as h:
+        report = run_audit(h)
+    tuning = [f for f in report.findings if f.area == "tuning"]
+    assert [(f.id, f.status) for f in tuning] == [("tuning.profile", Status.INFO)]
+    assert "not tuned by mcpnode" in tuning[0].summary
+    assert tuning[0].remedy is not None and "mcpnode apply --profile NAME" in tuning[0].remedy
+    assert report.profile is None
+
+
+def test_active_profile_from_the_persisted_file(tmp_path: Path) -> None:
     root = auditroot.build(
         tmp_path,
         auditroot.NO_GPU,
         files={"etc/sysctl.d/90-mcpnode.conf": "# Generated\n# profile: inference-latency (x)\n"},
     )
     with Host(root) as h:
-        assert tuning.configured_profile(h) == "inference-latency"
+        assert active_profile(h).name == "inference-latency"
         assert run_audit(h, only=["tuning"]).profile == "inference-latency"
         assert run_audit(h, only=["tuning"], profile="base").profile == "base"
     bare = auditroot.build(tmp_path / "bare", auditroot.NO_GPU, healthy=False)
     with Host(bare) as h:
-        assert tuning.configured_profile(h) == "base"
+        assert active_profile(h).name is None
 
 
 def test_unknown_profile_is_a_fail_not_a_crash(tmp_path: Path) -> None:

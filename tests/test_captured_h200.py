@@ -98,16 +98,33 @@ def test_topo_json_replays_as_on_the_host() -> None:
 
 
 def test_audit_replays_as_on_the_host() -> None:
-    replayed = json.loads(mcpnode("audit", "--format", "json"))
+    """The audit the device ran was made by an mcpnode that checked an untuned host against
+    `base` by default. Replayed against base, every finding is the same but for the remedy of
+    the drifted keys, which is now one command for all of them."""
+    replayed = json.loads(mcpnode("audit", "--format", "json", "--profile", "base"))
     on_host = device_json("mcpnode-audit.json")
     assert replayed["result"] == on_host["result"] == "fail"  # base profile's sysctls not applied
     findings = {(f["id"], f["subject"]): f for f in replayed["findings"]}
     want = {(f["id"], f["subject"]): f for f in on_host["findings"]}
     assert list(findings) == list(want)
     for key, f in want.items():
+        if key[0] == "tuning.drift" and f["status"] == "FAIL":
+            assert findings[key]["remedy"] == "mcpnode apply --profile base"
+            f = {**f, "remedy": findings[key]["remedy"]}
         assert findings[key] == f, key
     del replayed["generated_at"], on_host["generated_at"]
+    replayed["findings"] = on_host["findings"] = []
     assert replayed == on_host
+
+
+def test_untuned_capture_is_not_a_tuning_failure() -> None:
+    """Nobody tuned that host (no agent, journal, persisted file or config): by default the
+    audit says so once, as INFO, instead of nine FAILs against a profile nobody chose."""
+    replayed = json.loads(mcpnode("audit", "--format", "json"))
+    tuning = [f for f in replayed["findings"] if f["area"] == "tuning"]
+    assert [(f["id"], f["status"]) for f in tuning] == [("tuning.profile", "INFO")]
+    assert replayed["profile"] is None
+    assert not any(f["status"] == "FAIL" and f["area"] == "tuning" for f in replayed["findings"])
 
 
 def test_check_sh_agrees_on_the_capture(tmp_path: Path) -> None:

@@ -195,10 +195,11 @@ def test_nvlink_labels() -> None:
     assert "mcpnode.io/nvlink-all-pairs" not in pcie
 
 
-def test_unknown_compliance_is_left_out() -> None:
+def test_unknown_compliance_is_labelled_unknown() -> None:
+    """Three-valued: a missing label would pass a `NotIn [false]` selector as compliant."""
     audit = dataclasses.replace(AUDIT, tuning_compliant=None, drift_keys=())
     got = dict(nfd.labels(topology("hgx-h100-8gpu-8nic"), placement("hgx-h100-8gpu-8nic"), audit))
-    assert "mcpnode.io/tuning-compliant" not in got
+    assert got["mcpnode.io/tuning-compliant"] == "unknown"
 
 
 def test_file_over_64k_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,16 +25,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from mcpnode.audit.container_yaml import YamlError, YamlUnsupported, parse_yaml
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+from mcpnode.tuning import tomlsafe
 
 NVIDIA_RUNTIME = "nvidia"
 TOOLKIT_MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
@@ -50,11 +45,23 @@ class ConfigError(ValueError):
 
 
 def _toml(text: str) -> dict[str, Any]:
+    # tuning/tomlsafe.py: bounded nesting and dotted keys, no RecursionError or int-limit
+    # ValueError escaping as a crash of the whole container area.
     try:
-        doc: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        return tomlsafe.loads(text)
+    except tomlsafe.TomlRejected as err:
         raise ConfigError(f"not valid TOML: {err}") from err
-    return doc
+
+
+def _json(text: str) -> Any:
+    """json.loads, with nesting too deep to parse (RecursionError: dockerd refuses such a file
+    too) reported like any other invalid JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ConfigError("not valid JSON: nested too deeply to parse") from None
+    except ValueError as err:
+        raise ConfigError(f"not valid JSON: {err}") from err
 
 
 def _table(doc: dict[str, Any], *keys: str) -> dict[str, Any] | None:
@@ -90,10 +97,7 @@ def parse_daemon_json(text: str) -> DockerConfig:
     wrong type (dockerd refuses to start on each of these)."""
     if not text.strip():
         return DockerConfig((), None, None, None, None)
-    try:
-        doc = json.loads(text)
-    except ValueError as err:
-        raise ConfigError(f"not valid JSON: {err}") from err
+    doc = _json(text)
     if not isinstance(doc, dict):
         raise ConfigError("not a JSON object at the top level")
     runtimes = doc.get("runtimes", {})
@@ -274,7 +278,9 @@ def parse_cdi_spec(text: str, is_json: bool) -> CdiSpec:
     registry requires (`cdiVersion`, a `vendor/class` kind, devices with string names):
     the registry refuses such a spec, and no device of it can be injected."""
     try:
-        doc = json.loads(text) if is_json else parse_yaml(text)
+        doc = _json(text) if is_json else parse_yaml(text)
+    except RecursionError:
+        raise ConfigError("not valid YAML: nested too deeply to parse") from None
     except YamlUnsupported as err:
         raise ConfigError(f"YAML outside what mcpnode reads: {err}", unsupported=True) from err
     except (YamlError, ValueError) as err:

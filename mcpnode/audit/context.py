@@ -11,6 +11,7 @@ from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
 from mcpnode.host import Host
 from mcpnode.topology.model import Topology
 from mcpnode.topology.parse import parse_mountinfo
+from mcpnode.tuning.active import ActiveProfile
 
 CgroupMode = Literal["v2", "hybrid", "v1", "unknown"]
 
@@ -23,9 +24,10 @@ class AuditContext:
     driver_version: str | None  # NVML's, else /proc/driver/nvidia/version's
     cgroup_mode: CgroupMode
     is_root: bool  # effective uid 0 (recorded in a snapshot; a plain dump counts as root)
-    profile: str = "base"  # the configured tuning profile
+    profile: str | None = None  # the tuning profile to check (None: none is active)
     has_rdma: bool = False  # at least one NIC with an RDMA device (mlx5_0, ...)
     profiles_dir: str | None = None  # system profiles directory (None: the shipped ones)
+    active: ActiveProfile | None = None  # how `profile` was chosen (None: named by the caller)
 
     @property
     def has_gpus(self) -> bool:
@@ -80,7 +82,11 @@ def driver_version_of(text: str) -> str | None:
 
 
 def build_context(
-    host: Host, topology: Topology, profile: str = "base", profiles_dir: str | None = None
+    host: Host,
+    topology: Topology,
+    profile: str | None = None,
+    profiles_dir: str | None = None,
+    active: ActiveProfile | None = None,
 ) -> AuditContext:
     """The shared facts, from a topology already discovered through `host`."""
     from mcpnode.audit.facts import read_file
@@ -104,4 +110,5 @@ def build_context(
         profile=profile,
         has_rdma=any(nic.rdma_devices for nic in topology.nics),
         profiles_dir=profiles_dir,
+        active=active,
     )

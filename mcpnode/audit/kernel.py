@@ -69,6 +69,8 @@ def loaded_modules(text: str) -> frozenset[str]:
 def _profile_cc(host: Host, ctx: AuditContext) -> tuple[tuple[str, ...] | None, str | None]:
     from mcpnode.tuning.profile import load_profile
 
+    if ctx.profile is None:
+        return None, None  # no active profile: none asks for BBR
     try:
         profile = load_profile(
             ctx.profile, host, Path(ctx.profiles_dir) if ctx.profiles_dir else None
@@ -283,6 +285,13 @@ def _bbr(facts: KernelFacts, ctx: AuditContext) -> Finding:
             (Evidence(f"profile {ctx.profile}", clip(facts.profile_error)),),
         )
     wants = facts.profile_cc
+    if ctx.profile is None:
+        return Finding(
+            fid,
+            Status.SKIP,
+            "BBR not checked: no tuning profile is active to ask for it",
+            (Evidence("mcpnode profiles active", "none"),),
+        )
     if not wants or not any(a.startswith("bbr") for a in wants):
         return Finding(
             fid,

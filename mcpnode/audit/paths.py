@@ -20,3 +20,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 def module_dir(kernel_release: str) -> str:
     """Where the tcp_bbr module of a kernel lives (net/ipv4/tcp_bbr.c)."""
     return f"/lib/modules/{kernel_release}/kernel/net/ipv4"
+
+
+# What a machine root has for the audit to read; a root with none of them is no machine.
+MACHINE_DIRS = ("/sys/devices", "/sys/bus", "/sys/class", "/proc/self", "/proc/sys")

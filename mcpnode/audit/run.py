@@ -1,6 +1,12 @@
 """Run the audit: discover once, build the shared context, then per area collect facts through
-Host and run the pure checks. A collector or check that raises is the audit's own problem: it
-becomes a SKIP finding naming the area and an entry in `problems`, never a crash.
+Host and run the pure checks. A collector or check that raises means that area of the host could
+not be verified: it becomes a FAIL finding (`<area>.audit`, naming the error and where it came
+from) and an entry in `problems`, never a crash — and never a SKIP, which would let a host whose
+configuration could not even be read through a preflight gate.
+
+An audit that cannot run at all — a root with neither a readable sysfs nor a readable procfs
+(an empty directory, a typo in --root) — raises AuditCannotRun (exit 2), instead of reporting
+"passed" over nothing.
 
 Areas register here, in report order, with the id prefix every finding of theirs carries.
 """
@@ -17,7 +23,11 @@ from typing import Any
 from mcpnode.audit import cgroup, container, gpu, kernel, numa, privilege, tuning
 from mcpnode.audit.context import AuditContext, build_context
 from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
+from mcpnode.audit.paths import MACHINE_DIRS
+from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
+from mcpnode.topology.model import Topology
+from mcpnode.tuning.active import active_profile
 
 
 @dataclass(frozen=True)
@@ -85,22 +95,53 @@ def run_areas(
             got = area.check(facts, ctx)
         except Exception as err:
             where = traceback.extract_tb(err.__traceback__)[-1]
-            detail = f"{type(err).__name__}: {err}"
+            detail = " ".join(f"{type(err).__name__}: {err}".split())[:500]
             problems.append(
                 f"{area.prefix}: {stage} failed: {detail} ({where.filename}:{where.lineno})"
             )
             got = [
                 Finding(
                     f"{area.prefix}.audit",
-                    Status.SKIP,
-                    f"{area.title} not checked: the {stage} failed ({detail})",
+                    Status.FAIL,
+                    f"{area.title} could not be verified: the {stage} failed ({detail})",
                     (Evidence(f"mcpnode.audit.{area.prefix}", detail),),
-                    "Report this as an mcpnode bug with `mcpnode snapshot -o node.tar.gz` "
-                    "attached.",
+                    "Fix what the error names (an unreadable or malformed file), then audit "
+                    "again; if the host is fine, report it as an mcpnode bug with "
+                    "`mcpnode snapshot -o node.tar.gz` attached.",
                 )
             ]
         findings.extend(f for f in got if selected(f, only, skip))
     return findings, problems
+
+
+class AuditCannotRun(McpnodeError):
+    """The root has nothing an audit can read: no sysfs and no procfs (exit 2)."""
+
+
+def require_machine(host: Host) -> None:
+    """Raise AuditCannotRun unless `host` has a readable sysfs or procfs."""
+    for logical in MACHINE_DIRS:
+        try:
+            if host.listdir_optional(logical):
+                return
+        except HostError:
+            continue
+    raise AuditCannotRun(
+        f"{host.source}: no readable sysfs or procfs (looked for "
+        f"{', '.join(MACHINE_DIRS)}): nothing to audit; is --root the machine's root?"
+    )
+
+
+def audit_context(
+    host: Host, topology: Topology, profile: str | None, profiles_dir: str | None
+) -> AuditContext:
+    """The shared context, with the profile to check: `profile` when given, else the active
+    one (tuning/active.py), else none."""
+    active = None
+    if profile is None:
+        active = active_profile(host)
+        profile = active.name
+    return build_context(host, topology, profile, profiles_dir, active)
 
 
 def run_audit(
@@ -115,12 +156,13 @@ def run_audit(
 ) -> AuditReport:
     """Audit the machine behind `host`. Raises only when the audit cannot run at all (the
     root is unusable: RootError / HostError from discovery); `now` fixes `generated_at`.
-    `profile` None: the profile the host was tuned with (tuning.configured_profile)."""
+    `profile` None: the active profile (`mcpnode profiles active`), or none."""
     from mcpnode.topology.discover import discover_host
 
+    require_machine(host)
     topology = discover_host(host)
-    name = profile if profile is not None else tuning.configured_profile(host)
-    ctx = build_context(host, topology, name, profiles_dir)
+    ctx = audit_context(host, topology, profile, profiles_dir)
+    name = ctx.profile
     findings, problems = run_areas(host, ctx, AREAS if areas is None else areas, only, skip)
     when = now or datetime.now(timezone.utc)
     return AuditReport(

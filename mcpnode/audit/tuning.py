@@ -1,50 +1,85 @@
-"""Tuning compliance: `mcpnode verify` against the configured profile (the same plan apply
-executes, so the audit cannot disagree with apply), plus every sysctl.d / sysctl.conf line
-that would override the persisted values at boot (systemd-sysctl order)."""
+"""Tuning compliance: `mcpnode verify` against the active profile (tuning/active.py: the agent's,
+else the journal's, else the persisted file's, else the configured one; the same plan apply
+executes, so the audit cannot disagree with apply), plus every sysctl.d / sysctl.conf line that
+would override the persisted values at boot (systemd-sysctl order).
+
+No active profile is INFO ("not tuned by mcpnode"), never a FAIL against a profile nobody
+chose; a journal that cannot be trusted is a FAIL (`tuning.state`): what was applied, and how
+to undo it, is then unknown. Drift FAILs per key, and every one has the same one-command remedy.
+Compliance nobody could check (no key readable) is SKIP, never PASS."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcpnode.audit.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.errors import HostError, McpnodeError
+from mcpnode.errors import McpnodeError
 from mcpnode.host import Host
+from mcpnode.tuning.active import ActiveProfile
+from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
 from mcpnode.tuning.verify import VerifyReport, verify
-
-DEFAULT_PROFILE = "base"
 
 
 @dataclass(frozen=True)
 class TuningFacts:
-    profile: str
+    profile: str | None  # checked against; None: no active profile (or it is unknown)
     report: VerifyReport | None
     overrides: tuple[Assignment, ...]
     error: str | None  # the profile did not load (unknown name, bad TOML)
     agent: AgentState | None = None  # what a running `mcpnode agent` published
+    active: ActiveProfile | None = None  # None when the caller named the profile (--profile)
 
 
 def collect(host: Host, ctx: AuditContext) -> TuningFacts:
     from mcpnode.tuning.profile import load_profile
 
+    agent = read_agent_state(host)
+    active = ctx.active
+    if ctx.profile is None:
+        return TuningFacts(None, None, (), None, agent, active)
     try:
         profile = load_profile(
             ctx.profile, host, Path(ctx.profiles_dir) if ctx.profiles_dir else None
         )
     except McpnodeError as err:
-        return TuningFacts(
-            ctx.profile, None, (), f"{type(err).__name__}: {err}", read_agent_state(host)
-        )
+        return TuningFacts(ctx.profile, None, (), f"{type(err).__name__}: {err}", agent, active)
     report = verify(host, profile)
     overrides = find_overrides(host, persisted_values(report.plan))
-    return TuningFacts(ctx.profile, report, overrides, None, read_agent_state(host))
+    return TuningFacts(ctx.profile, report, overrides, None, agent, active)
 
 
 def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
     return [*_compliance(facts, ctx), *_contested(facts)]
+
+
+def _untuned(active: ActiveProfile | None) -> list[Finding]:
+    """No profile to check against: INFO, or FAIL when the journal itself is unusable."""
+    if active is not None and active.problem is not None:
+        return [
+            Finding(
+                "tuning.state",
+                Status.FAIL,
+                "the tuning journal cannot be used, so which profile is applied (and how to undo "
+                "it) is unknown",
+                (Evidence("tuning journal", active.problem),),
+                "Inspect the journal named above (restore it from backup, or fix its owner and "
+                "mode: root's alone), then `mcpnode profiles active`",
+            )
+        ]
+    detail = active.detail if active is not None else "no profile given"
+    return [
+        Finding(
+            "tuning.profile",
+            Status.INFO,
+            "not tuned by mcpnode: no profile is active on this host",
+            (Evidence("mcpnode profiles active", f"none ({detail})"),),
+            "`mcpnode apply --profile NAME` tunes it (`mcpnode profiles list` shows the names); "
+            "`mcpnode audit --profile NAME` checks it against one without applying it",
+        )
+    ]
 
 
 def _contested(facts: TuningFacts) -> list[Finding]:
@@ -77,6 +112,8 @@ def _contested(facts: TuningFacts) -> list[Finding]:
 
 def _compliance(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
     name = facts.profile
+    if name is None:
+        return _untuned(facts.active)
     if facts.report is None:
         return [
             Finding(
@@ -91,6 +128,7 @@ def _compliance(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
     report = facts.report
     out: list[Finding] = []
     items = report.plan.items
+    remedy = _remedy(name, facts.active)
     for d in report.drift:
         item = next((i for i in items if i.key == d.key), None)
         where = item.path if item is not None and item.path else d.key
@@ -107,11 +145,11 @@ def _compliance(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
                     Evidence(where, f"actual {d.actual}"),
                     Evidence(source, f"expected {d.expected}"),
                 ),
-                _remedy(d.key, d.wanted, name),
+                remedy,
                 d.key,
             )
         )
-    checked = sum(1 for i in items if i.action == "ok")
+    checked = report.checked
     if not report.drift and checked == 0:
         out.append(
             Finding(
@@ -119,6 +157,18 @@ def _compliance(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
                 Status.SKIP,
                 f"tuning compliance not checked: no key of profile {name!r} could be read here",
                 (Evidence(f"profile {name}", f"0 of {len(items)} key(s) read"),),
+            )
+        )
+    elif not report.drift and report.compliant is None:
+        # Some keys match, others could not be read: compliance is unknown, never a PASS.
+        out.append(
+            Finding(
+                "tuning.drift",
+                Status.WARN,
+                f"tuning compliance unknown: {checked} key(s) match profile {name!r}, "
+                f"{report.unknown_reason}",
+                (Evidence(f"profile {name}", f"{checked} of {len(items)} key(s) satisfied"),),
+                "See tuning.unverified below for each key and why it could not be read",
             )
         )
     elif not report.drift:
@@ -172,32 +222,8 @@ def _compliance(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
     return out
 
 
-def _remedy(key: str, wanted: str | None, profile: str) -> str:
-    apply = f"mcpnode apply --profile {profile} --persist"
-    if key.startswith("module:"):
-        return f"modprobe {key.split(':', 1)[1]}, or {apply}"
-    if wanted is None or ":" in key:
-        return apply
-    return f"sysctl -w {key}='{wanted}' now; {apply} to keep it across reboots"
-
-
-def configured_profile(host: Host) -> str:
-    """The profile this host is tuned with: the one a running agent enforces (its state file),
-    else the `# profile: NAME` header `mcpnode apply --persist` writes in
-    /etc/sysctl.d/90-mcpnode.conf; "base" when neither says."""
-    from mcpnode.tuning.paths import PERSIST_PATH
-
-    agent = read_agent_state(host)
-    if agent is not None:
-        return agent.profile
-
-    try:
-        text = host.read_optional(PERSIST_PATH)
-    except HostError:
-        text = None
-    for line in (text or "").splitlines()[:5]:
-        if line.startswith("# profile:"):
-            name = line.split(":", 1)[1].split()
-            if name:
-                return name[0]
-    return DEFAULT_PROFILE
+def _remedy(profile: str, active: ActiveProfile | None) -> str:
+    """One command for all the drift of a profile: applying it again writes every drifted key
+    (and keeps the persisted file current when the profile was persisted)."""
+    persisted = active is not None and active.source == "persisted"
+    return f"mcpnode apply --profile {profile}" + (" --persist" if persisted else "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,7 @@ from mcpnode.cli.options import F, profiles_dir_option, root_option, state_dir_o
 from mcpnode.errors import (
     CommandNotFound,
     HostError,
+    LockBusy,
     ManifestError,
     McpnodeError,
     PinRefused,
@@ -26,14 +27,20 @@ from mcpnode.errors import (
     UsageError,
 )
 
+if TYPE_CHECKING:
+    from mcpnode.host import Host
+    from mcpnode.tuning.journal import JournalStore
+
 # Exit codes, in one place (STYLE.md habit 7).
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the command ran and found something wrong (audit FAIL, drift)
 EXIT_ERROR = 2  # the command could not do its job
+EXIT_UNKNOWN = 3  # verify could not tell (a key unreadable, no active profile): Nagios' UNKNOWN
 EXIT_USAGE = 64  # EX_USAGE from sysexits.h
 EXIT_DATAERR = 65  # EX_DATAERR: a manifest of a newer schema, or corrupt
 EXIT_NO_PROCESS = 66  # EX_NOINPUT: pin's PID does not exist (any more)
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: the placement names CPUs/nodes this machine lacks
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another mcpnode run holds the state lock; try again later
 EXIT_REFUSED = 77  # EX_NOPERM: pin refused by a safety check (kernel thread; narrowed, no --force)
 EXIT_NOT_FOUND = 127  # exec: the command is not found or not executable, as env(1) and sh exit
 
@@ -120,14 +127,34 @@ def format_option(fn: F) -> F:
     )(fn)
 
 
-def _journal_store(host: Any, state_dir: Path | None) -> Any:
+def wait_option(fn: F) -> F:
+    return click.option(
+        "--wait",
+        "wait_s",
+        type=click.FloatRange(0, 3600),
+        default=5.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long to wait for another mcpnode run to release the state lock (exit 75).",
+    )(fn)
+
+
+def _journal_store(
+    host: Host, state_dir: Path | None, command: str = "mcpnode", wait_s: float = 5.0
+) -> JournalStore:
     from mcpnode.host import Host
     from mcpnode.tuning.journal import JournalStore
 
     if state_dir is None:
-        return JournalStore(host)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    return JournalStore(Host(state_dir), "/tuning-journal.json")
+        return JournalStore(host, command=command, wait_s=wait_s)
+    # Created 0755 whatever the umask (Host.makedirs), like /var/lib/mcpnode under the unit.
+    Host("/").makedirs(str(state_dir.resolve()))
+    return JournalStore(Host(state_dir), "/tuning-journal.json", command=command, wait_s=wait_s)
+
+
+def _command_line(name: str, *args: str | None) -> str:
+    """What a run waiting for the state lock is told holds it: `mcpnode apply --profile x`."""
+    return " ".join(["mcpnode", name, *(a for a in args if a)])
 
 
 @cli.group()
@@ -192,6 +219,33 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
         click.echo(render_tuning.explain_text(explanation), nl=False)
 
 
+@profiles.command("active")
+@root_option
+@state_dir_option
+@click.option(
+    "--config",
+    "config_path",
+    default="/etc/mcpnode/mcpnode.toml",
+    show_default=True,
+    metavar="PATH",
+    help="Agent configuration whose [tuning] profile counts as configured; under --root.",
+)
+@format_option
+def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: str) -> None:
+    """The profile this host is tuned with, and where that answer comes from: the running
+    agent, the journal, the persisted sysctl.d file, the agent config (not applied), or none."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.host import Host
+    from mcpnode.tuning.active import active_profile
+
+    with Host(root) as host:
+        active = active_profile(host, _journal_store(host, state_dir), config_path)
+    if fmt == "json":
+        click.echo(render_tuning.active_json(active))
+    else:
+        click.echo(render_tuning.active_text(active), nl=False)
+
+
 @cli.command()
 @click.option("--profile", "profile_name", default="base", show_default=True, help=PROFILE_HELP)
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
@@ -199,6 +253,7 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
 @root_option
 @profiles_dir_option
 @state_dir_option
+@wait_option
 @format_option
 def apply(
     profile_name: str,
@@ -207,9 +262,11 @@ def apply(
     root: str,
     profiles_dir: Path | None,
     state_dir: Path | None,
+    wait_s: float,
     fmt: str,
 ) -> None:
-    """Apply a tuning profile: journal the originals, write, undo everything on a failure."""
+    """Apply a tuning profile: journal the originals, write, undo everything on a failure.
+    Holds the state lock throughout (another run waits, then exits 75)."""
     from mcpnode.cli import render_tuning
     from mcpnode.host import Host
     from mcpnode.logs import configure_logging
@@ -219,7 +276,10 @@ def apply(
     configure_logging()
     with Host(root) as host:
         profile = load_profile(profile_name, host, profiles_dir)
-        store = _journal_store(host, state_dir)
+        command = _command_line(
+            "apply", "--profile", profile_name, "--persist" if persist else None
+        )
+        store = _journal_store(host, state_dir, command, wait_s)
         result = apply_profile(host, profile, store, persist=persist, dry_run=dry_run)
     if fmt == "json":
         click.echo(render_tuning.apply_json(result))
@@ -228,36 +288,60 @@ def apply(
 
 
 @cli.command()
-@click.option("--profile", "profile_name", default="base", show_default=True, help=PROFILE_HELP)
+@click.option(
+    "--profile",
+    "profile_name",
+    default=None,
+    help=PROFILE_HELP + " Default: the active profile (`mcpnode profiles active`).",
+)
 @root_option
 @profiles_dir_option
+@state_dir_option
 @format_option
 @click.pass_context
 def verify(
-    ctx: click.Context, profile_name: str, root: str, profiles_dir: Path | None, fmt: str
+    ctx: click.Context,
+    profile_name: str | None,
+    root: str,
+    profiles_dir: Path | None,
+    state_dir: Path | None,
+    fmt: str,
 ) -> None:
-    """Compare the host with a profile; exit 1 when anything drifted."""
+    """Compare the host with a profile (default: the active one). Exit 0 compliant, 1 drift,
+    3 unknown: a key could not be read, or no profile is active."""
     from mcpnode.cli import render_tuning
     from mcpnode.host import Host
+    from mcpnode.tuning.active import active_profile
     from mcpnode.tuning.profile import load_profile
     from mcpnode.tuning.verify import verify as verify_profile
 
     with Host(root) as host:
+        active = None
+        if profile_name is None:
+            active = active_profile(host, _journal_store(host, state_dir))
+            if active.name is None:
+                click.echo(render_tuning.verify_none_text(active), nl=False)
+                ctx.exit(EXIT_UNKNOWN)
+            profile_name = active.name
         report = verify_profile(host, load_profile(profile_name, host, profiles_dir))
     if fmt == "json":
-        click.echo(render_tuning.verify_json(report))
+        click.echo(render_tuning.verify_json(report, active))
     else:
-        click.echo(render_tuning.verify_text(report), nl=False)
-    if not report.ok:
+        click.echo(render_tuning.verify_text(report, active), nl=False)
+    if report.compliant is False:
         ctx.exit(EXIT_FINDINGS)
+    if report.compliant is None:
+        ctx.exit(EXIT_UNKNOWN)
 
 
 @cli.command()
 @root_option
 @state_dir_option
+@wait_option
 @format_option
-def rollback(root: str, state_dir: Path | None, fmt: str) -> None:
-    """Restore the original values from the journal, remove the persisted file and journal."""
+def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None:
+    """Restore the original values from the journal, remove the persisted file and journal.
+    Holds the state lock throughout (another run waits, then exits 75)."""
     from mcpnode.cli import render_tuning
     from mcpnode.host import Host
     from mcpnode.logs import configure_logging
@@ -265,7 +349,8 @@ def rollback(root: str, state_dir: Path | None, fmt: str) -> None:
 
     configure_logging()
     with Host(root) as host:
-        result = rollback_tuning(host, _journal_store(host, state_dir))
+        store = _journal_store(host, state_dir, _command_line("rollback"), wait_s)
+        result = rollback_tuning(host, store)
     if fmt == "json":
         click.echo(render_tuning.rollback_json(result))
     else:
@@ -298,8 +383,8 @@ def rollback(root: str, state_dir: Path | None, fmt: str) -> None:
     "--profile",
     "profile_name",
     default=None,
-    help="Tuning profile to check compliance against (default: the one persisted in "
-    "/etc/sysctl.d/90-mcpnode.conf, else base).",
+    help="Tuning profile to check compliance against (default: the active profile, "
+    "`mcpnode profiles active`; none active: tuning checks are INFO).",
 )
 @profiles_dir_option
 @click.pass_context
@@ -644,6 +729,9 @@ def main(argv: list[str] | None = None) -> None:
     except CommandNotFound as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_NOT_FOUND)
+    except LockBusy as err:
+        click.echo(f"mcpnode: state lock busy: {err}", err=True)
+        sys.exit(EXIT_LOCKED)
     except (RootError, HostError) as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_ERROR)

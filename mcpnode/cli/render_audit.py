@@ -71,7 +71,16 @@ def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> s
     remedies = [f for f in report.findings if f.remedy and f.status in (Status.FAIL, Status.WARN)]
     if remedies:
         lines.append("== Remedies ==")
-        lines.extend(f"{_label(f)}: {f.remedy}" for f in remedies)
+        # Findings of one id with one remedy (every drifted key of a profile: one apply) are
+        # one line naming all their subjects, not the same command once per key.
+        grouped: dict[tuple[str, str], list[Finding]] = {}
+        for f in remedies:
+            assert f.remedy is not None
+            grouped.setdefault((f.id, f.remedy), []).append(f)
+        for (fid, remedy), group in grouped.items():
+            subjects = [f.subject for f in group if f.subject]
+            label = f"{fid} [{', '.join(subjects)}]" if subjects else fid
+            lines.append(f"{label}: {remedy}")
         lines.append("")
     if report.problems:
         lines.append("== Problems (the audit's own) ==")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.apply import ApplyResult, RollbackResult
 from mcpnode.tuning.explain import Explanation
 from mcpnode.tuning.outcome import Outcome
@@ -20,6 +21,7 @@ APPLY_SCHEMA = "mcpnode.tuning-apply/v1"
 VERIFY_SCHEMA = "mcpnode.tuning-verify/v1"
 ROLLBACK_SCHEMA = "mcpnode.tuning-rollback/v1"
 PROFILES_SCHEMA = "mcpnode.tuning-profiles/v1"
+ACTIVE_SCHEMA = "mcpnode.tuning-active/v1"
 _CELL = 34
 
 
@@ -142,12 +144,16 @@ def apply_json(result: ApplyResult) -> str:
     return json.dumps(doc, indent=2)
 
 
-def verify_text(report: VerifyReport) -> str:
+def verify_text(report: VerifyReport, active: ActiveProfile | None = None) -> str:
     n = len(report.plan.items)
-    if report.ok:
-        lines = [f"verify: profile {report.profile}: no drift ({n} items)"]
+    lines = [] if active is None else [f"checking {_active_line(active)}"]
+    unknown = report.unknown_reason
+    if report.ok and unknown is not None:
+        lines.append(f"verify: profile {report.profile}: UNKNOWN, no drift seen but {unknown}")
+    elif report.ok:
+        lines.append(f"verify: profile {report.profile}: no drift ({n} items)")
     else:
-        lines = [f"verify: profile {report.profile}: {len(report.drift)} of {n} items drifted"]
+        lines.append(f"verify: profile {report.profile}: {len(report.drift)} of {n} items drifted")
         rows = [(d.key, _cell(d.expected), _cell(d.actual), d.reason) for d in report.drift]
         lines.append(table(("KEY", "EXPECTED", "ACTUAL", "REASON"), rows).rstrip("\n"))
     for item in report.unsupported:
@@ -157,17 +163,62 @@ def verify_text(report: VerifyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verify_json(report: VerifyReport) -> str:
+def verify_json(report: VerifyReport, active: ActiveProfile | None = None) -> str:
     doc = {
         "schema": VERIFY_SCHEMA,
         "profile": report.profile,
+        "active": None if active is None else asdict(active),
         "ok": report.ok,
+        "compliant": report.compliant,
+        "unknown_reason": report.unknown_reason,
         "drift": [asdict(d) for d in report.drift],
         "unsupported": [_item_json(i) for i in report.unsupported],
         "unverified": [_item_json(i) for i in report.unverified],
         "items": [_item_json(i) for i in report.plan.items],
     }
     return json.dumps(doc, indent=2)
+
+
+def _active_line(active: ActiveProfile) -> str:
+    if active.problem is not None:
+        return f"active profile unknown: {active.problem}"
+    if active.name is None:
+        return f"no active profile: not tuned by mcpnode ({active.detail})"
+    state = "applied" if active.applied else "not applied"
+    return f"profile {active.name} ({active.source}, {state}: {active.detail})"
+
+
+def verify_none_text(active: ActiveProfile) -> str:
+    """verify with no --profile on a host where no profile is active (or it is unknown)."""
+    if active.problem is not None:
+        return f"verify: UNKNOWN, the active profile cannot be told: {active.problem}\n"
+    return (
+        f"verify: UNKNOWN, no active profile: not tuned by mcpnode ({active.detail}).\n"
+        "`mcpnode apply --profile NAME` tunes this host; `mcpnode verify --profile NAME` checks "
+        "it against a profile without applying it.\n"
+    )
+
+
+def active_text(active: ActiveProfile) -> str:
+    """`mcpnode profiles active`: the name and where the answer came from."""
+    if active.problem is not None:
+        return f"unknown\nsource: journal\nproblem: {active.problem}\n"
+    if active.name is None:
+        return (
+            "none\nsource: none (not tuned by mcpnode: "
+            f"{active.detail}; `mcpnode apply --profile NAME` tunes it)\n"
+        )
+    lines = [active.name, f"source: {active.source} ({active.detail})"]
+    lines.append(f"applied: {'yes' if active.applied else 'no (configured, not applied)'}")
+    if active.by is not None:
+        lines.append(f"by: {active.by}" + (f" at {active.at}" if active.at else ""))
+    if active.hash is not None:
+        lines.append(f"content: {active.hash}")
+    return "\n".join(lines) + "\n"
+
+
+def active_json(active: ActiveProfile) -> str:
+    return json.dumps({"schema": ACTIVE_SCHEMA, **asdict(active)}, indent=2)
 
 
 def rollback_text(result: RollbackResult) -> str:
@@ -255,6 +306,11 @@ def explain_text(e: Explanation) -> str:
     if e.netns:
         lines.append(f"  network namespaces: {e.netns}")
     lines.append(f"  privilege: {e.privilege}")
+    if e.sensitive:
+        lines.append(
+            f"  SENSITIVE: {e.sensitive}. A profile may set it only with "
+            f'`allow_sensitive = ["{e.key}"]` in its [profile] table.'
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -132,13 +132,15 @@ def numa_layout(doc: Manifest) -> Value | None:
 
 
 def tuning(doc: Manifest) -> Value | None:
-    """`base: compliant`, `base: 1 drift (kernel.numa_balancing)`, `base: not verified`."""
+    """`base: compliant`, `base: 1 drift (kernel.numa_balancing)`, `base: unknown`, `not
+    tuned`. Three-valued: a host whose compliance could not be told is `unknown`, never
+    counted with the compliant ones."""
     section = doc["tuning"]
     profile = section["profile"]
     if profile is None:
-        return Value("not verified") if section["error"] else None
+        return Value("unknown") if section["error"] else Value("not tuned")
     if section["compliant"] is None:
-        return Value(f"{profile}: not verified")
+        return Value(f"{profile}: unknown")
     if section["compliant"]:
         return Value(f"{profile}: compliant")
     keys = sorted(d["key"] for d in section["drift"])

@@ -146,6 +146,59 @@ def parse_stat(text: str) -> tuple[str, int]:
         raise ParseError(f"flags field is not a number: {fields[6]!r}") from err
 
 
+# Programs that run as a PID namespace's init and start everything else in it: pinning one
+# narrows every process it starts from then on (a container runtime's init, a service
+# manager). A server that happens to be PID 1 of its container (`docker run ... python
+# serve.py`) is not among them, and auto-pin rules may pin it.
+INIT_NAMES = frozenset(
+    {
+        "systemd",
+        "init",
+        "tini",
+        "dumb-init",
+        "docker-init",
+        "catatonit",
+        "s6-svscan",
+        "runit",
+        "runsvdir",
+        "supervisord",
+        "openrc-init",
+        "busybox",
+        "sh",
+        "bash",
+    }
+)
+
+
+def parse_status_ids(text: str) -> tuple[int | None, tuple[int, ...]]:
+    """(Tgid, NSpid) from `/proc/PID/status` (proc_pid_status(5)); NSpid lists the pid in each
+    nested PID namespace, outermost first (Linux 4.1+); None/() when absent."""
+    tgid: int | None = None
+    nspid: tuple[int, ...] = ()
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        try:
+            if name == "Tgid":
+                tgid = int(rest.strip())
+            elif name == "NSpid":
+                nspid = tuple(int(x) for x in rest.split())
+        except ValueError:
+            continue
+    return tgid, nspid
+
+
+def init_like(pid: int, comm: str, nspid: tuple[int, ...]) -> str | None:
+    """Why `pid` is an init (pin refuses it without --force), or None."""
+    if pid == 1:
+        return "pid 1 is this host's init: every service it starts would inherit the mask"
+    if len(nspid) > 1 and nspid[-1] == 1 and comm in INIT_NAMES:
+        return (
+            f"pid {pid} ({comm}) is the init of a PID namespace (pid 1 inside it): everything "
+            "it starts there would inherit the mask"
+        )
+    return None
+
+
 # -- checks against the live kernel -----------------------------------------------------------
 
 
@@ -241,19 +294,34 @@ def pin_process(live: Host, pid: int, target: Target, *, force: bool = False) ->
     """Set the CPU affinity of every thread of live process `pid` to `target.cpus`.
 
     Refuses (before any change): a process that is gone or a zombie (ProcessGone), a kernel
-    thread (PinRefused), one whose threads' affinity was narrowed by someone else unless `force`
-    (PinRefused; a thread already on `target.cpus` counts as ours), CPUs this machine lacks
-    (PlacementUnavailable). A failure midway restores the threads already changed, in reverse."""
+    thread (PinRefused), a thread id rather than a process id (PinRefused, naming its process),
+    an init (host PID 1, a PID namespace's init: init_like) unless `force`, one whose threads'
+    affinity was narrowed by someone else unless `force` (PinRefused; a thread already on
+    `target.cpus` counts as ours), CPUs this machine lacks (PlacementUnavailable). A failure
+    midway restores the threads already changed, in reverse."""
     if pid <= 0:
         raise UsageError(f"pin: {pid} is not a process id")
     try:
-        state, flags = parse_stat(live.read_proc(pid, "stat"))
+        stat_text = live.read_proc(pid, "stat")
+        state, flags = parse_stat(stat_text)
     except ParseError as err:
         raise ProcessGone(f"pid:{pid}", None, f"unreadable stat: {err}") from err
     if state in ("Z", "X", "x"):
         raise ProcessGone(f"pid:{pid}", None, f"the process has exited (state {state})")
     if flags & PF_KTHREAD:
         raise PinRefused(f"pid {pid} is a kernel thread; its placement is the kernel's business")
+    tgid, nspid = parse_status_ids(live.read_proc(pid, "status"))
+    if tgid is not None and tgid != pid:
+        # /proc/TID/ exists for every thread (hidden from listings): pinning "it" would pin
+        # only one thread of another process.
+        raise PinRefused(
+            f"{pid} is a thread id (TID) of process {tgid}, not a process: "
+            f"`mcpnode pin {tgid}` pins all of that process's threads"
+        )
+    comm = stat_text.split("(", 1)[1].rpartition(")")[0] if "(" in stat_text else ""
+    why = init_like(pid, comm, nspid)
+    if why is not None and not force:
+        raise PinRefused(f"{why}; --force overrides")
     _require_available(live, target)
     online = live_online_cpus(live)
     tasks = live.list_tasks(pid)

@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from mcpnode.audit.container_toolkit import toolkit_version
-from mcpnode.audit.context import build_context
 from mcpnode.audit.model import AuditReport
-from mcpnode.audit.run import AREAS, run_areas
-from mcpnode.audit.tuning import configured_profile
+from mcpnode.audit.run import AREAS, audit_context, run_areas
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import build_manifest
@@ -69,14 +67,18 @@ def build_all(
     """make_manifest, keeping the topology, placement and audit report it was built from."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
-    profile = configured_profile(host)
-    tuning: VerifyReport | str
-    try:
-        tuning = verify(host, load_profile(profile, host, profiles_dir))
-    except McpnodeError as err:
-        tuning = f"{type(err).__name__}: {err}"
+    ctx = audit_context(host, topo, None, None if profiles_dir is None else str(profiles_dir))
+    profile = ctx.profile
+    tuning: VerifyReport | str | None
+    if profile is None:
+        # No active profile (or the journal is unusable): nothing to be compliant with.
+        tuning = ctx.active.problem if ctx.active is not None else None
+    else:
+        try:
+            tuning = verify(host, load_profile(profile, host, profiles_dir))
+        except McpnodeError as err:
+            tuning = f"{type(err).__name__}: {err}"
     when = now or datetime.now(timezone.utc)
-    ctx = build_context(host, topo, profile, None if profiles_dir is None else str(profiles_dir))
     findings, problems = run_areas(host, ctx, AREAS)
     audit = AuditReport(
         findings=tuple(findings),
@@ -96,6 +98,7 @@ def build_all(
         driver=ctx.driver_version,
         container_toolkit=toolkit_version(findings),
         housekeeping=housekeeping,
+        tuning_source=ctx.active.source if ctx.active is not None else None,
     )
     return Built(manifest, topo, placement, audit)
 

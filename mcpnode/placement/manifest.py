@@ -43,10 +43,13 @@ def build_manifest(
     driver: str | None = None,
     container_toolkit: str | None = None,
     housekeeping: str = "first-core",
+    tuning_source: str | None = None,
 ) -> dict[str, Any]:
     """The manifest as JSON-ready data, `content_hash` filled in.
 
-    `tuning`: the verify report, or a string saying why there is none (profile unreadable);
+    `tuning`: the verify report, a string saying why there is none (profile unreadable,
+    journal unusable), or None when no profile is active; `tuning_source` where the active
+    profile was found (tuning/active.py);
     `audit`: None when it was not run. `machine_id` is /etc/machine-id as read by the caller;
     `driver` overrides NVML's driver version (the audit reads /proc/driver/nvidia/version when
     NVML is absent); `container_toolkit` the lowest NVIDIA Container Toolkit component version
@@ -73,7 +76,7 @@ def build_manifest(
             "gpus": [_placement(p) for p in placement.gpus],
             "problems": list(placement.problems),
         },
-        "tuning": _tuning(tuning),
+        "tuning": _tuning(tuning, tuning_source),
         "audit": _audit(audit),
         "problems": [
             {"code": p.code, "source": p.source, "detail": p.detail} for p in topo.problems
@@ -224,12 +227,22 @@ def _placement(p: GpuPlacement) -> dict[str, Any]:
     }
 
 
-def _tuning(tuning: VerifyReport | str | None) -> dict[str, Any]:
+def _tuning(tuning: VerifyReport | str | None, source: str | None) -> dict[str, Any]:
+    """Three-valued: `compliant` is null with `unknown_reason` whenever it could not be told."""
     if tuning is None or isinstance(tuning, str):
-        return {"profile": None, "compliant": None, "drift": [], "error": tuning}
+        return {
+            "profile": None,
+            "source": source,
+            "compliant": None,
+            "unknown_reason": tuning or "no active profile: not tuned by mcpnode",
+            "drift": [],
+            "error": tuning,
+        }
     return {
         "profile": tuning.profile,
-        "compliant": tuning.ok,
+        "source": source,
+        "compliant": tuning.compliant,
+        "unknown_reason": tuning.unknown_reason,
         "drift": [
             {"key": d.key, "expected": d.expected, "wanted": d.wanted, "actual": d.actual}
             for d in tuning.drift

@@ -32,6 +32,7 @@ Pure: takes a Topology, reads nothing. The rules (issue 6, DESIGN.md "Manifest a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -153,12 +154,19 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
     return Placement(gpus=tuple(out), housekeeping=reserved, problems=tuple(problems))
 
 
+_GPU_INDEX = re.compile(r"[0-9]{1,4}", re.ASCII)
+
+
 def select_gpus(
     placement: Placement, selector: str, process_cpus: CpuSet | None = None
 ) -> tuple[GpuPlacement, ...]:
     """The GPUs `selector` names: an index (`"3"`), a UUID (`"GPU-8f..."`), or `"all-local"`
-    (every GPU whose node holds all of `process_cpus`). Raises UsageError naming the selector."""
-    sel = selector.strip()
+    (every GPU whose node holds all of `process_cpus`). Raises UsageError naming the selector.
+
+    An index is ASCII digits and nothing else: str.isdigit() also takes `²` (which int()
+    then refuses) and int() takes fullwidth `０`, Arabic-Indic `٠` and surrounding whitespace
+    (`"0\n"`), each of which would quietly select GPU 0."""
+    sel = selector
     known = ", ".join(str(g.index) for g in placement.gpus) or "none"
     if sel == "all-local":
         if process_cpus is None or not process_cpus:
@@ -175,7 +183,7 @@ def select_gpus(
                 + ")"
             )
         return chosen
-    if sel.isdigit():
+    if _GPU_INDEX.fullmatch(sel):
         for g in placement.gpus:
             if g.index == int(sel):
                 return (g,)

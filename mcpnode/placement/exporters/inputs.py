@@ -26,8 +26,10 @@ class AuditSummary:
     """The audit and tuning state the exporters publish: counts per status (every status, in
     `Status` order, zeros included), the keys in drift, and the profile checked against.
 
-    `tuning_compliant` is None when compliance could not be checked (no key readable, profile
-    did not load, or the tuning area was skipped)."""
+    `tuning_compliant` is three-valued: True only when the audit's `tuning.drift` PASSed, False
+    when it FAILed, None — unknown — otherwise (no active profile, no key readable, a key that
+    could not be read, the profile did not load, the tuning area was skipped). Unknown is never
+    published as compliant."""
 
     counts: tuple[tuple[str, int], ...]
     drift_keys: tuple[str, ...]
@@ -47,14 +49,13 @@ def summarize(report: AuditReport) -> AuditSummary:
             if f.id == _DRIFT_ID and f.status is Status.FAIL
         }
     )
-    checked = any(
-        f.id == _DRIFT_ID and f.status in (Status.PASS, Status.FAIL) for f in report.findings
-    )
+    passed = any(f.id == _DRIFT_ID and f.status is Status.PASS for f in report.findings)
+    compliant = False if drift else (True if passed else None)
     return AuditSummary(
         counts=tuple((s.value, report.count(s)) for s in Status),
         drift_keys=tuple(drift),
         profile=report.profile,
-        tuning_compliant=(not drift) if checked else None,
+        tuning_compliant=compliant,
     )
 
 

@@ -162,7 +162,10 @@ def labels(
         put("audit-fail", audit.count("FAIL"))
         put("audit-warn", audit.count("WARN"))
         put("tuning-profile", audit.profile)
-        put("tuning-compliant", audit.tuning_compliant)
+        # Three-valued: `unknown` when compliance could not be told (never a missing label
+        # a `NotIn false` selector would read as compliant).
+        compliant = audit.tuning_compliant
+        put("tuning-compliant", "unknown" if compliant is None else compliant)
     for key, value in out.items():
         validate_label(key, value)
     return tuple(sorted(out.items()))

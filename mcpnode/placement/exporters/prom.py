@@ -120,8 +120,15 @@ def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> 
         )
         for status, n in audit.counts:
             findings.labels(status=status).set(n)
+        known = Gauge(
+            "mcpnode_tuning_compliance_known",
+            "1 when tuning compliance could be told (mcpnode_tuning_compliant is then present), "
+            "0 when it is unknown: no active profile, or a key that could not be read",
+            registry=reg,
+        )
+        known.set(0 if audit.tuning_compliant is None else 1)
         if audit.tuning_compliant is not None:
-            # Only when compliance was checked: 0 drifted keys of an unread profile is no answer.
+            # Only when compliance was told: 0 drifted keys of an unread profile is no answer.
             drift = Gauge(
                 "mcpnode_tuning_drift_keys",
                 "Keys of the tuning profile whose live value drifted",
@@ -130,7 +137,7 @@ def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> 
             drift.set(len(audit.drift_keys))
             compliant = Gauge(
                 "mcpnode_tuning_compliant",
-                "1 when every readable key of the tuning profile matches, else 0",
+                "1 when every key of the tuning profile was read and matches, else 0",
                 ["profile"],
                 registry=reg,
             )
