@@ -182,6 +182,7 @@ def feed(m: AgentMetrics) -> None:
     m.count_drift_detected("kernel.numa_balancing")
     m.count_drift_remediated("vm.swappiness")
     m.set_drift_state(drifted=["kernel.numa_balancing"], given_up=["kernel.numa_balancing"])
+    m.set_compliance("base", False)
     m.record_apply("ok", writes=12, at_s=1_700_000_000.5)
     m.set_pinned_processes(3)
     m.count_pin("vllm")
@@ -216,6 +217,8 @@ ALL_FAMILIES = {
     "mcpnode_drift_remediated",
     "mcpnode_drift_keys",
     "mcpnode_drift_given_up",
+    "mcpnode_tuning_compliance_known",
+    "mcpnode_tuning_compliant",
     "mcpnode_apply_last_result",
     "mcpnode_apply_last_timestamp_seconds",
     "mcpnode_apply_writes",
@@ -526,29 +529,24 @@ def test_slow_head_is_closed_after_the_deadline(loop: Loop, metrics: AgentMetric
         srv.close()
 
 
-def test_connections_over_the_cap_are_refused(loop: Loop, metrics: AgentMetrics) -> None:
+def test_over_the_cap_the_oldest_idle_connection_is_evicted(
+    loop: Loop, metrics: AgentMetrics
+) -> None:
+    """At the cap, a new connection takes the slot of the oldest one still silent: idle
+    clients cannot keep a scraper out (test_agent_abuse.py: 500 of them)."""
     srv = MetricsServer(loop, metrics, "127.0.0.1", 0, Log(), max_connections=4)
     idle = [connect(srv.port) for _ in range(4)]
     try:
         pump(loop, lambda: srv.connections == 4)
-
-        def refused() -> bytes:
-            with connect(srv.port) as sock:
-                try:
-                    sock.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-                    return read_all(sock)
-                except (ConnectionResetError, BrokenPipeError):
-                    return b""
-
-        assert run_client(loop, refused) == b""
-        assert srv.connections == 4
-        s = samples(metrics.render())
-        assert s[("mcpnode_http_connections_dropped_total", (("reason", "busy"),))] == 1
-        # A freed slot is served again.
-        idle.pop().close()
-        pump(loop, lambda: srv.connections == 3)
         raw = run_client(loop, lambda: exchange(srv.port, b"GET /metrics HTTP/1.1\r\n\r\n"))
         assert parse(raw)[0] == 200
+        assert srv.connections <= 4
+        s = samples(metrics.render())
+        assert s[("mcpnode_http_connections_dropped_total", (("reason", "evicted"),))] == 1
+        assert s[("mcpnode_http_connections_dropped_total", (("reason", "busy"),))] == 0
+        idle[0].settimeout(5)
+        assert idle[0].recv(1) == b""  # the oldest was closed; the others are still open
+        pump(loop, lambda: srv.connections == 3)
     finally:
         for sock in idle:
             sock.close()
@@ -720,3 +718,18 @@ def test_close_frees_the_port_and_every_fd(loop: Loop, metrics: AgentMetrics) ->
         assert get(loop, port)[0] == 200
     finally:
         again.close()
+
+
+def test_compliance_is_three_valued(metrics: AgentMetrics) -> None:
+    metrics.set_compliance("base", True)
+    s = samples(metrics.render())
+    assert s[("mcpnode_tuning_compliance_known", ())] == 1
+    assert s[("mcpnode_tuning_compliant", (("profile", "base"),))] == 1
+    metrics.set_compliance("base", None)  # a key unreadable: no compliant series at all
+    s = samples(metrics.render())
+    assert s[("mcpnode_tuning_compliance_known", ())] == 0
+    assert not any(name == "mcpnode_tuning_compliant" for name, _ in s)
+    metrics.set_compliance("latency", False)
+    s = samples(metrics.render())
+    assert s[("mcpnode_tuning_compliant", (("profile", "latency"),))] == 0
+    assert ("mcpnode_tuning_compliant", (("profile", "base"),)) not in s

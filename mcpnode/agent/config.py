@@ -9,24 +9,28 @@ the complaint in redhat-performance/tuned#851).
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mcpnode.errors import HostError, McpnodeError, PathNotFound
+from mcpnode.errors import (
+    HostError,
+    McpnodeError,
+    NotRegularFile,
+    PathNotFound,
+    SymlinkLoop,
+    TooLarge,
+    Untrusted,
+)
 from mcpnode.host import Host
 from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT
 from mcpnode.topology.parse import ParseError, parse_cpulist
+from mcpnode.tuning import tomlsafe
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import PROFILE_NAME, Profile, load_profile
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 CONFIG_PATH = "/etc/mcpnode/mcpnode.toml"
 METRICS_DEFAULT = "127.0.0.1:9847"
@@ -195,8 +199,8 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
     if len(text.encode("utf-8", "surrogateescape")) > MAX_CONFIG_BYTES:
         raise ConfigError(file, None, f"larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        doc = tomlsafe.loads(text)
+    except tomlsafe.TomlRejected as err:
         raise ConfigError(file, None, f"not valid TOML: {err}") from None
     r = _Reader(file, doc)
     for name in doc:
@@ -352,20 +356,25 @@ def _rules(r: _Reader, value: object) -> tuple[PinRule, ...]:
 def load_config(host: Host, path: str = CONFIG_PATH) -> AgentConfig:
     """Read `path` through `host` and parse it. A missing file is an error too: the agent never
     runs on defaults it was not told about. Raises ConfigUnreadable (missing, unreadable) or
-    ConfigError (read, but invalid)."""
+    ConfigError (read, but invalid; or not to be trusted: not root's alone, a symlink, not a
+    regular file, larger than MAX_CONFIG_BYTES, refused while reading)."""
     shown = host.fs_path(path)
     try:
-        data = host.read_bytes(path)
+        data = host.read_trusted(path, MAX_CONFIG_BYTES)
     except PathNotFound:
         raise ConfigUnreadable(
             shown,
             None,
             "does not exist (see docs/config.md; etc/mcpnode/mcpnode.toml is an example)",
         ) from None
+    except NotRegularFile as err:
+        if err.errno == errno.EISDIR:  # nothing there to read (EX_NOINPUT), as before
+            raise ConfigUnreadable(shown, None, f"cannot be read: {err.detail}") from None
+        raise ConfigError(shown, None, f"cannot be used: {err.detail}") from None
+    except (Untrusted, TooLarge, SymlinkLoop) as err:
+        raise ConfigError(shown, None, f"cannot be used: {err.detail}") from None
     except HostError as err:
         raise ConfigUnreadable(shown, None, f"cannot be read: {err.detail}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(shown, None, f"larger than {MAX_CONFIG_BYTES} bytes")
     try:
         # Strictly: TOML is UTF-8, and a replaced byte inside a string (a cmdline regex) would
         # otherwise be accepted as U+FFFD, silently matching something else.

@@ -63,8 +63,8 @@ ApplyResult = Literal["ok", "failed"]
 APPLY_RESULTS: tuple[ApplyResult, ...] = ("ok", "failed")
 ReloadResult = Literal["ok", "rejected"]
 RELOAD_RESULTS: tuple[ReloadResult, ...] = ("ok", "rejected")
-DropReason = Literal["busy", "timeout"]
-DROP_REASONS: tuple[DropReason, ...] = ("busy", "timeout")
+DropReason = Literal["busy", "timeout", "evicted"]
+DROP_REASONS: tuple[DropReason, ...] = ("busy", "timeout", "evicted")
 
 # How late a timer ran: an idle loop fires within ~0.1 ms; a second means a callback blocked.
 LOOP_LATENCY_BUCKETS_S = (
@@ -97,6 +97,20 @@ class AgentMetrics:
         self._nics = Gauge("mcpnode_nics", "NICs found by the last discovery", registry=None)
         self._drift_keys = Gauge(
             "mcpnode_drift_keys", "Profile keys whose live value differs now", registry=None
+        )
+        # The same names as the textfile exporter (placement/exporters/prom.py): one concept,
+        # one name, wherever it is scraped.
+        self._compliance_known = Gauge(
+            "mcpnode_tuning_compliance_known",
+            "1 when tuning compliance could be told (mcpnode_tuning_compliant is then present), "
+            "0 when it is unknown: a key that could not be read, or nothing enforced",
+            registry=None,
+        )
+        self._compliant = Gauge(
+            "mcpnode_tuning_compliant",
+            "1 when every key of the tuning profile was read and matches, else 0",
+            ["profile"],
+            registry=None,
         )
         self._apply_result = Gauge(
             "mcpnode_apply_last_result",
@@ -186,7 +200,8 @@ class AgentMetrics:
         self._dropped = Counter(
             "mcpnode_http_connections_dropped",
             "Metrics connections closed without an answer "
-            "(busy: over the connection cap; timeout: past the deadline)",
+            "(busy: over the connection cap, every connection being answered; timeout: past "
+            "the deadline; evicted: the oldest idle one, closed to make room for a new one)",
             ["reason"],
             registry=reg,
         )
@@ -230,6 +245,15 @@ class AgentMetrics:
         for key in sorted(self._given_up_keys | now):
             self._given_up.labels(key).set(1 if key in now else 0)
         self._given_up_keys |= now
+
+    def set_compliance(self, profile: str | None, compliant: bool | None) -> None:
+        """Three-valued: `mcpnode_tuning_compliance_known` 0 and no `mcpnode_tuning_compliant`
+        series while unknown (a key unreadable, enforcement paused); 1 and the 1/0 series of
+        the profile enforced otherwise (a previous profile's series is removed)."""
+        self._show(self._compliance_known).set(0 if compliant is None else 1)
+        self._compliant.clear()
+        if compliant is not None:
+            self._show(self._compliant).labels(profile or "").set(1 if compliant else 0)
 
     def observe_reconcile(self, seconds: float) -> None:
         """`mcpnode_reconcile_seconds`: one drift verify cycle took `seconds`."""
@@ -342,6 +366,9 @@ class _WithoutCreated:
 
 MAX_HEAD_BYTES = 8192
 DEFAULT_DEADLINE_S = 5.0
+# A scraper sends its request as soon as it is connected (Prometheus: one write); a client that
+# has not finished its request head by then is idle or slow, and gives its slot up.
+DEFAULT_HEAD_DEADLINE_S = 1.0
 DEFAULT_MAX_CONNECTIONS = 32
 _RECV_BYTES = 4096
 _BACKLOG = 64
@@ -403,6 +430,7 @@ class MetricsServer:
         log: Any,
         *,
         deadline_s: float = DEFAULT_DEADLINE_S,
+        head_deadline_s: float = DEFAULT_HEAD_DEADLINE_S,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self._loop = loop
@@ -410,8 +438,10 @@ class MetricsServer:
         self.log = log
         self.host = host
         self._deadline_s = deadline_s
+        self._head_deadline_s = min(head_deadline_s, deadline_s)
         self._max_connections = max_connections
-        self._conns: set[_Conn] = set()
+        # In accept order (dicts keep insertion order): the oldest idle one is evicted first.
+        self._conns: dict[_Conn, None] = {}
         self._accept_backoff: Timer | None = None
         self._listener: socket.socket | None = _listen(host, port)
         self.port: int = self._listener.getsockname()[1]
@@ -457,11 +487,23 @@ class MetricsServer:
                     self._pause_accepting(err)
                     return
                 continue  # ECONNABORTED, EPROTO: that client gave up before we took it
-            if len(self._conns) >= self._max_connections:
+            if len(self._conns) >= self._max_connections and not self._evict_idle():
                 self.metrics.count_dropped_connection("busy")
                 sock.close()
                 continue
             self._open(sock)
+
+    def _evict_idle(self) -> bool:
+        """Make room by closing the oldest connection still waiting for its request: idle or
+        slow clients (500 of them held open answered 0 of 30 real scrapes when new connections
+        were refused instead) must not starve a scraper that sends its request at once. One
+        being answered is never evicted. False when every connection is being answered."""
+        for conn in self._conns:
+            if conn.out is None:
+                self.metrics.count_dropped_connection("evicted")
+                self._drop(conn)
+                return True
+        return False
 
     def _pause_accepting(self, err: OSError) -> None:
         assert self._listener is not None
@@ -484,10 +526,12 @@ class MetricsServer:
     def _open(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         conn = _Conn(sock)
+        # The request head must arrive within the short deadline; the answer then gets the
+        # full one (_respond re-arms it).
         conn.deadline = self._loop.call_later(
-            self._deadline_s, partial(self._expire, conn), "metrics.deadline"
+            self._head_deadline_s, partial(self._expire, conn), "metrics.deadline"
         )
-        self._conns.add(conn)
+        self._conns[conn] = None
         self._loop.add_reader(sock, partial(self._on_readable, conn), "metrics.conn")
 
     def _expire(self, conn: _Conn) -> None:
@@ -502,7 +546,7 @@ class MetricsServer:
             if timer is not None:
                 timer.cancel()
         conn.deadline = conn.retry = None
-        self._conns.discard(conn)
+        self._conns.pop(conn, None)
         conn.sock.close()
 
     # -- one request ----------------------------------------------------------------------------
@@ -549,6 +593,11 @@ class MetricsServer:
     def _respond(self, conn: _Conn, data: bytes) -> None:
         self._loop.remove_reader(conn.sock)  # one request per connection; the rest is ignored
         conn.out = memoryview(data)
+        if conn.deadline is not None:
+            conn.deadline.cancel()
+        conn.deadline = self._loop.call_later(
+            self._deadline_s, partial(self._expire, conn), "metrics.deadline"
+        )
         want = min(len(data), _SNDBUF_MAX_BYTES)
         try:
             if want > conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF):

@@ -7,8 +7,19 @@ Lifecycle (DESIGN.md, Agent; issue 7):
           watchdog timer, udev/netlink/injected device events (debounced rediscovery and
           republish), signals
   SIGHUP  RELOADING=1 -> new config and profile (a bad one is rejected, the old kept) ->
-          apply the difference -> republish -> READY=1
+          apply the difference -> republish -> READY=1. SIGHUPs are coalesced: one reload at
+          once, the next no sooner than RELOAD_MIN_INTERVAL_S after it, however many arrive;
+          reading the config and profile is bounded by RELOAD_TIMEOUT_S, so a bomb is rejected
+          and never stalls the loop (and its watchdog) for longer.
   SIGTERM STOPPING=1 -> rollback when configured -> exit 0
+
+The state lock (tuning/lock.py) is held only while the agent writes: at start (recover, apply,
+state file), for each remediation, at reload and at stop; so an operator's `mcpnode apply` or
+`rollback` runs between the agent's cycles. The agent notices when the journal changed under it
+(its identity differs from the one the agent last wrote): an operator's apply is *adopted* (the
+agent enforces that profile from then on, logged as `journal.adopted`), an operator's rollback
+*pauses* enforcement (`journal.rolled-back`) until `systemctl reload mcpnode`. It never fights
+the operator. A remediation that finds the lock held is retried at the next interval.
 
 Exit codes: 0 clean stop; 78 (EX_CONFIG) a configuration or profile that cannot be used at
 start, so the node is never left running untuned on defaults nobody chose (tuned#851); 1 any
@@ -16,7 +27,8 @@ other failure at start (unreadable journal, unusable root) or an incomplete roll
 
 Every effect is logged as one structlog event with fields: each write (tuning/apply.py),
 `drift`, `drift.remediated`, `drift.contested`, `pin`, `rediscover`, `manifest.published`,
-`config.reloaded` / `config.rejected`.
+`config.reloaded` / `config.rejected`, `journal.adopted` / `journal.rolled-back`,
+`lock.busy`.
 """
 
 from __future__ import annotations
@@ -37,9 +49,8 @@ from mcpnode.agent.drift import FlapGuard
 from mcpnode.agent.loop import Loop, Timer
 from mcpnode.agent.notify import Notifier
 from mcpnode.agent.sources import UDEV_CONTROL, DeviceEvent
-from mcpnode.audit.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
-from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import Host
+from mcpnode.errors import HostError, LockBusy, McpnodeError
+from mcpnode.host import FileStat, Host
 from mcpnode.placement.build import Built, build_all
 from mcpnode.placement.exporters.inputs import summarize
 from mcpnode.placement.exporters.write import KINDS
@@ -47,15 +58,32 @@ from mcpnode.placement.manifest import content_hash, publish
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
 from mcpnode.topology.nvml import GpuBackend, open_backend
+from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
 from mcpnode.tuning.apply import ApplyResult, apply_profile, recover, rollback
 from mcpnode.tuning.errors import ApplyFailed
-from mcpnode.tuning.journal import JournalStore
+from mcpnode.tuning.journal import Journal, JournalStore
 from mcpnode.tuning.profile import Profile, load_profile
 from mcpnode.tuning.verify import VerifyReport, verify
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 78  # EX_CONFIG, sysexits.h; the unit's RestartPreventExitStatus=78
+
+# How long the agent waits for an operator's run to release the state lock. At start and stop
+# it can wait (TimeoutStartSec/TimeoutStopSec are minutes); inside the loop it must not block
+# (the watchdog, metrics and device events share the thread): a remediation takes the lock
+# only if it is free now and otherwise tries again at the next drift interval.
+START_LOCK_WAIT_S = 30.0
+STOP_LOCK_WAIT_S = 30.0
+LOOP_LOCK_WAIT_S = 0.0
+RELOAD_LOCK_WAIT_S = 1.0
+# SIGHUP handling: a storm of signals gives one reload now and at most one more per interval.
+RELOAD_MIN_INTERVAL_S = 1.0
+RELOAD_TIMEOUT_S = 5.0
+
+
+class ReloadTimeout(McpnodeError):
+    """Reading the configuration and profile took longer than RELOAD_TIMEOUT_S."""
 
 
 class StartupFailed(McpnodeError):
@@ -89,7 +117,7 @@ class Agent:
         self.inject_fd = inject_fd
         self.clock = clock
         self.log = log if log is not None else structlog.get_logger("mcpnode.agent")
-        self.store = JournalStore(host)
+        self.store = JournalStore(host, command="mcpnode agent", wait_s=LOOP_LOCK_WAIT_S)
         self.config = AgentConfig()
         self.profile: Profile | None = None
         self.loop = Loop(self.log, clock, on_latency=self._on_latency)
@@ -112,6 +140,17 @@ class Agent:
         self._pinned = 0
         self._timers: dict[str, Timer] = {}
         self._rediscover_reason: list[str] = []
+        # The journal as this agent last left it (identity after its own save): anything else
+        # there was written by another run.
+        self._journal_seen: FileStat | None = None
+        self._profile_source = "config"  # or "adopted": applied by an operator, taken over
+        self._paused: str | None = None  # why enforcement stopped (an operator's rollback)
+        self._apply_pending = False  # an apply that could not get the lock: retried next tick
+        self._lock_busy: str | None = None  # the last holder reported, logged once
+        self._state_dirty = False  # the state file could not be written (lock busy)
+        self._reload_timer: Timer | None = None
+        self._reload_last = float("-inf")
+        self._reloads_coalesced = 0
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -156,18 +195,24 @@ class Agent:
             drift_interval_s=self.config.drift_interval,
         )
         try:
-            recovered = recover(self.host, self.store, self.log)
-        except McpnodeError as err:
-            raise StartupFailed(EXIT_FAILED, f"recovering the tuning journal: {err}") from err
-        if recovered:
-            self.log.warning("agent.recovered", keys=[o.key for o in recovered])
-        try:
             self.backend = open_backend(self.host)
             self.topology = discover(self.host, self.backend)
         except McpnodeError as err:
             raise StartupFailed(EXIT_FAILED, f"discovery: {err}") from err
-        self._apply("start")
-        self._write_state()
+        try:
+            with self.store.lock.hold(START_LOCK_WAIT_S):
+                recovered = recover(self.host, self.store, self.log)
+                if recovered:
+                    self.log.warning("agent.recovered", keys=[o.key for o in recovered])
+                # Starting is applying the configured profile: what an earlier run left in the
+                # journal is the starting point, not something to adopt.
+                self._journal_seen = self.store.identity()
+                self._apply("start")
+                self._write_state()
+        except LockBusy as err:
+            raise StartupFailed(EXIT_FAILED, f"the state lock: {err}") from err
+        except McpnodeError as err:
+            raise StartupFailed(EXIT_FAILED, f"recovering the tuning journal: {err}") from err
         self._publish("start")
         self._start_metrics()
         self._start_sources()
@@ -259,9 +304,86 @@ class Agent:
 
     def _drift_tick(self) -> None:
         try:
-            self.reconcile()
+            self._check_journal()
+            if self._state_dirty:
+                self._write_state()
+            if self._paused is None and self._apply_pending:
+                self._apply("retry")
+            if self._paused is None:
+                self.reconcile()
+            else:
+                self.metrics.set_compliance(None, None)  # nothing enforced: unknown
         finally:
             self._schedule("drift", self.config.drift_interval, self._drift_tick)
+
+    # -- the journal changed under the agent --------------------------------------------------
+
+    def _check_journal(self) -> None:
+        """Adopt what another run did to the journal since this agent last wrote it: one
+        lstat per interval, the journal read only when its identity changed."""
+        seen = self.store.identity()
+        if seen == self._journal_seen:
+            return
+        try:
+            journal = self.store.load()
+        except McpnodeError as err:
+            self.log.error("journal.unreadable", journal=self.store.shown, error=str(err))
+            self._journal_seen = seen
+            return
+        self._journal_seen = seen
+        self._adopt(journal)
+
+    def _adopt(self, journal: Journal | None) -> None:
+        assert self.profile is not None
+        if journal is None:
+            if self._paused is None:
+                self._paused = "the tuning was rolled back by another mcpnode run"
+                self.log.warning(
+                    "journal.rolled-back",
+                    journal=self.store.shown,
+                    profile=self.profile.name,
+                    action="enforcement paused until `systemctl reload mcpnode`",
+                )
+                self._changed_state()
+            return
+        applied = journal.applied
+        if journal.state != "applied" or applied is None:
+            return  # a run stopped half-way: the next apply (under the lock) recovers it
+        if applied.by == "agent" and applied.profile == self.profile.name:
+            return  # this agent's own kind of write (another agent instance, same profile)
+        if (
+            applied.profile == self.profile.name
+            and applied.hash == self.profile.content_hash
+            and self._paused is None
+        ):
+            return  # an operator re-applied the profile the agent enforces: nothing to adopt
+        try:
+            profile = load_profile(applied.profile, self.host, self.profiles_dir)
+        except McpnodeError as err:
+            self._paused = f"profile {applied.profile!r}, applied by {applied.by}, cannot be loaded"
+            self.log.error("journal.adopt-failed", profile=applied.profile, error=str(err))
+            self._changed_state()
+            return
+        previous = self.profile.name
+        self.profile, self._profile_source, self._paused = profile, "adopted", None
+        self.guard = FlapGuard(self.config.max_remediations, self.config.flap_window)
+        self._drifted = frozenset()
+        self._unappliable = {}
+        self.log.warning(
+            "journal.adopted",
+            profile=profile.name,
+            previous=previous,
+            by=applied.by,
+            at=applied.at,
+            hint="an operator applied it; the agent enforces it now (reload to return to the "
+            "configured profile)",
+        )
+        self._changed_state()
+
+    def _changed_state(self) -> None:
+        self._write_state()
+        self.notifier.status(self.status_line())
+        self._publish("journal")
 
     def reconcile(self) -> VerifyReport | None:
         """One drift cycle: verify, then remediate or report. Returns the verify report."""
@@ -295,6 +417,10 @@ class Agent:
         if self.config.drift_mode == "remediate" and report.drift:
             remediated = self._remediate(report)
         self.metrics.observe_reconcile(time.perf_counter() - start)
+        # After remediation: the keys written back comply now; what is left decides.
+        left = drifted - remediated
+        compliant = False if left else (None if report.unknown_reason is not None else True)
+        self.metrics.set_compliance(self.profile.name, compliant)
         changed = drifted != self._drifted or self.guard.held() != contested_before
         self._drifted = drifted - remediated
         self.metrics.set_drift_state(drifted, self.guard.held())
@@ -371,6 +497,31 @@ class Agent:
         of the profile is applied without it. Each failure either ends the run or sets aside a
         key not set aside before, so the loop ends."""
         assert self.profile is not None
+        wait = RELOAD_LOCK_WAIT_S if reason == "reload" else LOOP_LOCK_WAIT_S
+        try:
+            with self.store.lock.hold(wait):
+                # Under the lock: whatever another run did since the last look is adopted
+                # first, never overwritten (its journal is the truth now).
+                self._check_journal()
+                if self._paused is not None and reason not in ("start", "reload"):
+                    self._apply_pending = False
+                    return None
+                result = self._apply_locked(reason, hold)
+                self._journal_seen = self.store.identity()
+        except LockBusy as err:
+            self._apply_pending = True
+            if str(err) != self._lock_busy:
+                self.log.warning(
+                    "lock.busy", reason=reason, error=str(err), action="retried next interval"
+                )
+            self._lock_busy = str(err)
+            self.notifier.status(self.status_line())
+            return None
+        self._apply_pending, self._lock_busy = False, None
+        return result
+
+    def _apply_locked(self, reason: str, hold: frozenset[str]) -> ApplyResult | None:
+        assert self.profile is not None
         while True:
             try:
                 result = apply_profile(
@@ -379,6 +530,7 @@ class Agent:
                     self.store,
                     persist=self.config.persist and reason != "drift",
                     hold=hold | frozenset(self._unappliable),
+                    by="agent",
                     log=self.log,
                 )
                 break
@@ -425,18 +577,27 @@ class Agent:
         log("apply.failed", reason=reason, profile=self.profile.name, error=error)
 
     def _write_state(self) -> None:
+        """Write /run/mcpnode/agent.json under the state lock (taken only if free now, or
+        already held by this cycle); when it is busy, the next drift tick writes it."""
+        profile = self.profile.name if self.profile is not None else self.config.profile
         state = AgentState(
             pid=os.getpid(),
-            profile=self.config.profile,
+            profile=None if self._paused is not None else profile,
             config=self.config.file,
             drift_mode=self.config.drift_mode,
             started_at=self.started_at,
             updated_at=_now(),
             contested=self.guard.contested(),
             pinned=self._pinned,
+            profile_source=self._profile_source,
+            paused=self._paused,
         )
         try:
-            write_agent_state(self.host, state)
+            with self.store.lock.hold(LOOP_LOCK_WAIT_S):
+                write_agent_state(self.host, state)
+            self._state_dirty = False
+        except LockBusy:
+            self._state_dirty = True
         except HostError as err:
             self.log.error("state.write-failed", path=AGENT_STATE_PATH, error=str(err))
 
@@ -555,9 +716,27 @@ class Agent:
 
         self.metrics.count_event("signal")
         if signum == signal.SIGHUP:
-            self.reload()
+            self._request_reload()
         elif signum in (signal.SIGTERM, signal.SIGINT):
             self.stop(signal.Signals(signum).name)
+
+    def _request_reload(self) -> None:
+        """Coalesce SIGHUPs: one reload pending at most, no sooner than RELOAD_MIN_INTERVAL_S
+        after the last one started (a `systemctl reload` loop, or a storm, costs a reload a
+        second, never one per signal)."""
+        if self._reload_timer is not None and not self._reload_timer.cancelled:
+            self._reloads_coalesced += 1
+            return
+        delay = max(0.0, self._reload_last + RELOAD_MIN_INTERVAL_S - self.clock())
+        self._reload_timer = self.loop.call_later(delay, self._reload_due, "reload")
+
+    def _reload_due(self) -> None:
+        self._reload_timer = None
+        self._reload_last = self.clock()
+        coalesced, self._reloads_coalesced = self._reloads_coalesced, 0
+        if coalesced:
+            self.log.info("config.reload-coalesced", signals=coalesced + 1)
+        self.reload()
 
     # -- reload and stop --------------------------------------------------------------------------
 
@@ -566,19 +745,22 @@ class Agent:
         self.notifier.reloading()
         old = self.config
         try:
-            config = load_config(self.host, self.config_path)
-            profile = load_profile(config.profile, self.host, self.profiles_dir)
-        except McpnodeError as err:
+            config, profile = self._read_config_bounded()
+        except Exception as err:  # a bomb, RecursionError, a timeout: never fatal, never kept
             self.metrics.count_config_reload("rejected")
-            self.log.error("config.rejected", error=str(err), kept=old.file, profile=old.profile)
+            detail = " ".join(f"{type(err).__name__}: {err}".split())[:500]
+            self.log.error("config.rejected", error=detail, kept=old.file, profile=old.profile)
             self.notifier.ready(self.status_line())
             return False
         self.config, self.profile = config, profile
+        self._profile_source, self._paused = "config", None
         self._configure_logging()
         # The operator reloads after fixing the other owner of a contested key: start afresh.
         self.guard = FlapGuard(config.max_remediations, config.flap_window)
         self._drifted = frozenset()
         self._unappliable = {}
+        # A reload means "enforce the configuration": not whatever another run applied since.
+        self._journal_seen = self.store.identity()
         self._apply("reload")
         if config.metrics_listen != old.metrics_listen:
             if self.server is not None:
@@ -608,12 +790,30 @@ class Agent:
         self.notifier.ready(self.status_line())
         return True
 
+    def _read_config_bounded(self) -> tuple[AgentConfig, Profile]:
+        """The config and its profile, in at most RELOAD_TIMEOUT_S of wall time (SIGALRM on this,
+        the main thread: parsing is pure Python, interruptible between bytecodes)."""
+        import signal
+
+        def expired(_signum: int, _frame: Any) -> None:
+            raise ReloadTimeout(f"reading the configuration took over {RELOAD_TIMEOUT_S:g} s")
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, RELOAD_TIMEOUT_S)
+        try:
+            config = load_config(self.host, self.config_path)
+            return config, load_profile(config.profile, self.host, self.profiles_dir)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
     def stop(self, why: str) -> None:
         self.notifier.stopping(f"stopping ({why})")
         self.log.info("agent.stopping", signal=why, rollback=self.config.rollback)
         if self.config.rollback == "on-stop":
             try:
-                result = rollback(self.host, self.store, self.log)
+                with self.store.lock.hold(STOP_LOCK_WAIT_S):
+                    result = rollback(self.host, self.store, self.log)
             except McpnodeError as err:
                 self.log.error("rollback.failed", error=str(err))
                 self.exit_code = EXIT_FAILED
@@ -647,7 +847,11 @@ class Agent:
         gpus = len(topo.gpus) if topo else 0
         nics = len(topo.nics) if topo else 0
         contested = len(self.guard.held())
-        if self._unappliable:
+        if self._paused is not None:
+            tuning = f"PAUSED ({self._paused}; `systemctl reload mcpnode` resumes)"
+        elif self._lock_busy is not None:
+            tuning = "waiting for the state lock (another mcpnode run holds it)"
+        elif self._unappliable:
             tuning = f"{len(self._unappliable)} key(s) cannot be applied"
         elif self._last_apply == "failed":
             tuning = "apply FAILED"
@@ -656,8 +860,10 @@ class Agent:
         else:
             tuning = "in profile"
         extra = f", {contested} contested" if contested else ""
+        name = self.profile.name if self.profile is not None else self.config.profile
+        adopted = " (adopted)" if self._profile_source == "adopted" else ""
         return (
-            f"profile {self.config.profile}: {tuning}{extra}; {gpus} GPU(s), {nics} NIC(s); "
+            f"profile {name}{adopted}: {tuning}{extra}; {gpus} GPU(s), {nics} NIC(s); "
             f"pinned {self._pinned}; drift {self.config.drift_mode} every "
             f"{self.config.drift_interval:g}s"
         )

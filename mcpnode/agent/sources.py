@@ -175,14 +175,20 @@ def _noop(_signum: int, _frame: Any) -> None:
 
 
 class InjectSource:
+    """JSON lines on a file descriptor. A line is at most MAX_LINE_BYTES: a longer one is
+    dropped (reported once, with its first bytes) up to its newline, never buffered whole, and
+    the next line is read as usual; a bad line never takes a good one after it along."""
+
     name = "inject"
+    MAX_LINE_BYTES = 64 << 10
 
     def __init__(self, fd: int, on_event: OnEvent, on_bad: Callable[[str], None]) -> None:
         self._fd = fd
         os.set_blocking(fd, False)
         self._on_event = on_event
         self._on_bad = on_bad
-        self._buf = b""
+        self._buf = bytearray()  # the line read so far (appending is linear; bytes += is not)
+        self._skipping = False  # inside a line already reported as too long
         self.closed = False
 
     def fileno(self) -> int:
@@ -197,14 +203,35 @@ class InjectSource:
             if not chunk:  # the writer went away: nothing more will come
                 self.closed = True
                 break
-            self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        if self.closed and self._buf:  # a last line without its newline is still a line
-            lines.append(self._buf)
-            self._buf = b""
-        for line in lines:
+            self._feed(chunk)
+        if self.closed and self._buf and not self._skipping:
+            line = bytes(self._buf)  # a last line without its newline is still a line
+            self._buf.clear()
             if line.strip():
                 self._parse(line)
+
+    def _feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not self._skipping:
+                if len(self._buf) + len(piece) > self.MAX_LINE_BYTES:
+                    head = bytes(self._buf[:200] or piece[:200])
+                    self._on_bad(
+                        f"{head!r}...: line longer than {self.MAX_LINE_BYTES} bytes, dropped"
+                    )
+                    self._buf.clear()
+                    self._skipping = True
+                else:
+                    self._buf += piece
+            if end < 0:
+                return
+            if not self._skipping and self._buf.strip():
+                self._parse(bytes(self._buf))
+            self._buf.clear()
+            self._skipping = False
+            start = end + 1
 
     def _parse(self, line: bytes) -> None:
         try:
