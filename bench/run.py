@@ -21,6 +21,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 9. Agent: idle CPU and RSS of a running `mcpnode agent`, drift written -> restored at the
    default interval, injected udev event -> manifest republished, and one reconcile cycle of
    a 60-key profile (bench/bench_agent.py).
+10. Hostile input: TOML bombs refused, a 40x6 include fan-out resolved by `config check`, and
+   the peak RSS of `topo` on a 2 GiB sparse attribute, each against a benign peer
+   (bench/bench_bounds.py).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_agent import bench_agent  # noqa: E402
+from bench_bounds import bench_bounds  # noqa: E402
 from bench_manifest import bench_manifest  # noqa: E402
 from bench_tuning import bench_tuning  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
@@ -319,6 +323,7 @@ def main() -> None:
             "audit": bench_audit(),
             "manifest": bench_manifest(),
             "agent": bench_agent(),
+            "bounds": bench_bounds(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")
