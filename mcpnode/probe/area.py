@@ -34,7 +34,8 @@ class ProbeFacts:
 def obtain(host: Host, ctx: AuditContext) -> ProbeFacts:
     """A run for the machine behind `host`: measured when live, recorded otherwise."""
     if host.is_live:
-        from mcpnode.probe.live import ProbeUnavailable, measure
+        from mcpnode.errors import ProbeUnavailable
+        from mcpnode.probe.live import measure
         from mcpnode.topology.nvml import open_backend
 
         nvml = open_backend(host)

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mcpnode import __version__
-from mcpnode.errors import HostError, McpnodeError, PlacementUnavailable
+from mcpnode.errors import HostError, McpnodeError, PlacementUnavailable, ProbeUnavailable
 from mcpnode.host import Host
 from mcpnode.probe.model import (
     GpuRun,
@@ -66,10 +66,6 @@ DEFAULT_SETTINGS = Settings(
 EXTRA_HINT = "pip install 'mcpnode[probe]' (NVIDIA's cuda-bindings)"
 # cuda.h: CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, harmless when enabling both directions.
 _PEER_ACCESS_ALREADY_ENABLED = 704
-
-
-class ProbeUnavailable(McpnodeError):
-    """The probe cannot run on this host at all: no bindings (the extra), no driver, no device."""
 
 
 class CudaError(McpnodeError):

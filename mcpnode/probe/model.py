@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mcpnode.errors import McpnodeError
+from mcpnode.errors import ProbeDataError
 from mcpnode.topology.model import PciAddress
 
 PROBE_SCHEMA = "mcpnode.probe/v1"
@@ -33,13 +33,10 @@ MAX_CASES = 20000
 HostDirection = Literal["h2d", "d2h"]
 HOST_DIRECTIONS: tuple[HostDirection, ...] = ("h2d", "d2h")
 
+__all__ = ["PROBE_SCHEMA", "ProbeDataError", "ProbeRun", "dumps", "parse_run", "run_json"]
+
 _PCI_RE = re.compile(r"([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
 _SCHEMA_RE = re.compile(r"mcpnode\.probe/v(\d+)")
-
-
-class ProbeDataError(McpnodeError):
-    """A recorded probe run that cannot be used: not JSON, another schema or version, or a field
-    of the wrong shape. The message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -181,8 +178,13 @@ def run_json(run: ProbeRun) -> dict[str, Any]:
     }
 
 
+_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]")
+
+
 def dumps(run: ProbeRun) -> str:
-    return json.dumps(run_json(run), indent=1) + "\n"
+    """The file's text: indented, each list of samples on one line."""
+    text = json.dumps(run_json(run), indent=1)
+    return _NUMBER_LIST.sub(lambda m: "[" + re.sub(r",\s*", ", ", m.group(1)) + "]", text) + "\n"
 
 
 # -- JSON in -----------------------------------------------------------------------------------
