@@ -41,22 +41,24 @@ def test_length_rounds_up_to_pages() -> None:
 
 def test_a_node_the_kernel_lacks_is_refused() -> None:
     missing = max(LIVE_NODES) + 7
-    with pytest.raises(PlacementUnavailable, match=f"mbind node {missing}: the kernel refused"):
-        with Host("/").node_memory(1 << 20, missing):
-            pass
+    refused = f"mbind node {missing}: the kernel refused"
+    with (
+        pytest.raises(PlacementUnavailable, match=refused),
+        Host("/").node_memory(1 << 20, missing),
+    ):
+        pass
 
 
 @pytest.mark.parametrize(("length", "node"), [(0, 0), (4096, -1)])
 def test_bad_arguments(length: int, node: int) -> None:
-    with pytest.raises(PlacementUnavailable, match="node_memory: bad length"):
-        with Host("/").node_memory(length, node):
-            pass
+    bad = "node_memory: bad length"
+    with pytest.raises(PlacementUnavailable, match=bad), Host("/").node_memory(length, node):
+        pass
 
 
 def test_recorded_root_refuses() -> None:
     host = Host(HOSTS / "hgx-h100-8gpu-8nic")
-    with pytest.raises(NotSupported, match="needs the live host"):
-        with host.node_memory(1 << 20, 0):
-            pass
+    with pytest.raises(NotSupported, match="needs the live host"), host.node_memory(1 << 20, 0):
+        pass
     with pytest.raises(NotSupported):
         host.pages_on_node(0, 4096, 0)
