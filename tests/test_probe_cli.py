@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from mcpnode.cli.main import main
 from mcpnode.errors import ProbeUnavailable
 from tests import proberoot
+from tests.jsonschema_mini import validate
 
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"
@@ -149,6 +150,8 @@ def test_audit_probe_replayed(roots: dict[str, Path], run: Run) -> None:
     code, out, _ = run(["audit", "--probe", "--root", str(roots[L40S]), "--format", "json"])
     assert code == 1
     doc: dict[str, Any] = json.loads(out)
+    schema = json.loads((REPO / "docs" / "audit-schema.json").read_text())
+    assert validate(doc, schema) == []
     ids = [f["id"] for f in doc["findings"] if f["id"].startswith("probe.")]
     assert ids[0] == "probe.run" and ids.count("probe.placement") == 4
     bad = [f for f in doc["findings"] if f["status"] == "FAIL" and f["id"].startswith("probe.")]
@@ -254,3 +257,25 @@ def test_cuinit_messages(name: str, words: str) -> None:
 
     msg = _init_message(name)
     assert msg.startswith("cuInit failed: ") and words in msg and msg.endswith(f"({name})")
+
+
+def test_audit_probe_without_gpus_is_skip(run: Run) -> None:
+    code, out, _ = run(
+        [
+            "audit",
+            "--probe",
+            "--only",
+            "probe",
+            "--root",
+            str(proberoot.HOSTS / "no-gpu-host"),
+            "--format",
+            "json",
+        ]
+    )
+    assert code == 0
+    (f,) = json.loads(out)["findings"]
+    assert (f["id"], f["status"], f["summary"]) == (
+        "probe.run",
+        "SKIP",
+        "no NVIDIA GPU here: nothing to probe",
+    )

@@ -6,7 +6,8 @@ audit sits below placement (the manifest carries the audit). The caller that ask
 
 collect: on the live host, a measurement (live.py); on a recorded root, the run recorded there
 (record.py). A probe that cannot run is a fact, not a crash: the check turns it into a FAIL
-`probe.run`, since the audit was asked to verify something it could not.
+`probe.run`, since the audit was asked to verify something it could not; on a host without
+GPUs there is nothing to verify, and `probe.run` is a SKIP saying so.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def report(facts: ProbeFacts, ctx: AuditContext) -> ProbeReport | None:
 
 def check(facts: ProbeFacts, ctx: AuditContext) -> list[Finding]:
     got = report(facts, ctx)
+    if got is None and not ctx.has_gpus:
+        return [Finding("probe.run", Status.SKIP, "no NVIDIA GPU here: nothing to probe")]
     if got is None:
         return [
             Finding(
