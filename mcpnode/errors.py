@@ -123,3 +123,17 @@ class PinRefused(McpnodeError):
 class ManifestError(McpnodeError):
     """A published manifest that cannot be used: not JSON, another schema, a newer schema
     version than this mcpnode reads, or a content hash that does not match."""
+
+
+# -- probe ------------------------------------------------------------------------------------
+
+
+class ProbeUnavailable(McpnodeError):
+    """`mcpnode probe` cannot run here at all: the `mcpnode[probe]` extra is not installed, the
+    NVIDIA driver is missing or refuses to start, no GPU is there, or a recorded root holds no
+    probe run."""
+
+
+class ProbeDataError(McpnodeError):
+    """A recorded probe run that cannot be used: not JSON, another schema or version, or a field
+    of the wrong shape. The message names the file and the field."""

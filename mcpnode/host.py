@@ -1280,6 +1280,139 @@ class Host:
                 raise CommandNotFound(f"{executable}: cannot execute: {err.strerror}") from err
             raise _translate(err, executable) from err
 
+    # -- NUMA-placed memory (live only; used by `mcpnode probe`) -----------------------------
+
+    @contextlib.contextmanager
+    def node_memory(self, length: int, node: int) -> Iterator[NodeMemory]:
+        """Anonymous memory of `length` bytes whose pages are on NUMA node `node`, for the block.
+
+        mmap(2) reserves it, mbind(2) binds the range to the node (MPOL_BIND, MPOL_MF_STRICT:
+        allocations there come from `node` or fail), writing every page faults it in under that
+        policy, and move_pages(2) in query mode reports where each page landed: the result says
+        how many are really on `node` (a cpuset's mems can still refuse the node). The range is
+        unmapped at the end of the block. Binding the range, not the thread, leaves the memory
+        policy of everything else this process allocates (the CUDA driver's own buffers) alone.
+
+        Raises PlacementUnavailable when the kernel refuses the node (EINVAL: offline, no
+        memory, outside the cpuset), NotSupported on a recorded root, an unknown architecture
+        or a kernel without NUMA, and a HostError for the rest (ENOMEM as ReadError)."""
+        self._require_live("node_memory")
+        machine = platform.machine()
+        if machine not in _SYS_MBIND or machine not in _SYS_MOVE_PAGES:
+            raise NotSupported("mbind", None, f"syscall number unknown for {machine}")
+        if length <= 0 or node < 0:
+            raise PlacementUnavailable(f"node_memory: bad length {length} or node {node}")
+        import mmap  # the constants only: the mapping itself is made through libc
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        page = os.sysconf("SC_PAGE_SIZE")
+        length = -(-length // page) * page
+        addr = libc.mmap(
+            None,
+            length,
+            mmap.PROT_READ | mmap.PROT_WRITE,
+            mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            code = ctypes.get_errno()
+            raise _translate(OSError(code, os.strerror(code)), "mmap")
+        try:
+            self._mbind(libc, addr, length, node, machine)
+            # Fault every page in now, under the range's policy, before anything pins them.
+            ctypes.memset(addr, 0x5A, length)
+            pages, on_node = self.pages_on_node(addr, length, node)
+            yield NodeMemory(addr, length, node, pages, on_node)
+        finally:
+            libc.munmap(addr, length)
+
+    def pages_on_node(self, address: int, length: int, node: int) -> tuple[int, int]:
+        """(pages in the range, pages the kernel reports on `node`), from move_pages(2) with no
+        target nodes (query mode: each page's node, or a negative errno for a page not present).
+        Raises NotSupported on a recorded root or an unknown architecture."""
+        self._require_live("move_pages")
+        machine = platform.machine()
+        nr = _SYS_MOVE_PAGES.get(machine)
+        if nr is None:
+            raise NotSupported("move_pages", None, f"syscall number unknown for {machine}")
+        page = os.sysconf("SC_PAGE_SIZE")
+        count = length // page
+        pages = (ctypes.c_void_p * count)(*(address + i * page for i in range(count)))
+        status = (ctypes.c_int * count)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        rc = libc.syscall(
+            ctypes.c_long(nr),
+            ctypes.c_int(0),  # this process
+            ctypes.c_ulong(count),
+            pages,
+            None,  # no target nodes: report where each page is
+            status,
+            ctypes.c_int(0),
+        )
+        if rc < 0:
+            code = ctypes.get_errno()
+            raise _translate(OSError(code, os.strerror(code)), "move_pages")
+        return count, sum(1 for s in status if s == node)
+
+    @staticmethod
+    def _mbind(libc: ctypes.CDLL, addr: int, length: int, node: int, machine: str) -> None:
+        bits = ctypes.sizeof(ctypes.c_ulong) * 8
+        words = node // bits + 1
+        mask = (ctypes.c_ulong * words)()
+        mask[node // bits] |= 1 << (node % bits)
+        rc = libc.syscall(
+            ctypes.c_long(_SYS_MBIND[machine]),
+            ctypes.c_void_p(addr),
+            ctypes.c_ulong(length),
+            ctypes.c_int(MPOL_MODES["bind"]),
+            mask,
+            # One more than the bits passed, as for set_mempolicy (mm/mempolicy.c get_nodes()).
+            ctypes.c_ulong(words * bits + 1),
+            ctypes.c_uint(_MPOL_MF_STRICT | _MPOL_MF_MOVE),
+        )
+        if rc != 0:
+            code = ctypes.get_errno()
+            if code == errno_mod.EINVAL:
+                raise PlacementUnavailable(
+                    f"mbind node {node}: the kernel refused the node (not online, no memory, or"
+                    " outside this cpuset's memory nodes)"
+                )
+            if code == errno_mod.ENOSYS:
+                raise NotSupported("mbind", code, "kernel built without NUMA")
+            raise _translate(OSError(code, os.strerror(code)), "mbind")
+
+
+# -- NUMA-placed memory: what Host.node_memory uses ---------------------------------------------
+
+# mbind(2) and move_pages(2) numbers, from the same tables as _SYS_SET_MEMPOLICY above.
+_SYS_MBIND = {"x86_64": 237, "aarch64": 235, "riscv64": 235, "ppc64le": 259, "s390x": 268}
+_SYS_MOVE_PAGES = {"x86_64": 279, "aarch64": 239, "riscv64": 239, "ppc64le": 301, "s390x": 310}
+# include/uapi/linux/mempolicy.h: fail if pages already there break the policy; move them.
+_MPOL_MF_STRICT = 1 << 0
+_MPOL_MF_MOVE = 1 << 1
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """Memory from Host.node_memory: `pages_on_node` of `pages` pages are on `node`."""
+
+    address: int
+    length: int
+    node: int
+    pages: int
+    pages_on_node: int
+
 
 def _opt_int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None

@@ -34,6 +34,7 @@ from mcpnode.topology.nvml import RecordingNvml, open_backend
 
 SNAPSHOT_FORMAT = "mcpnode.snapshot/v1"
 SNAPSHOT_META = "mcpnode-snapshot.json"
+PROBE_MEMBER = "mcpnode-probe.json"  # mcpnode.probe.record.SNAPSHOT_PROBE, at the snapshot root
 TOP = "mcpnode-snapshot"
 
 
@@ -44,6 +45,7 @@ class SnapshotResult:
     links: int
     dirs: int
     topology: Topology
+    probed: bool = False  # the snapshot holds a probe run
 
 
 def capture(host: Host) -> tuple[Topology, Recording, RecordingNvml]:
@@ -95,10 +97,18 @@ def metadata(
     }
 
 
-def write_snapshot(host: Host, out: Path) -> SnapshotResult:
+def write_snapshot(host: Host, out: Path, *, probe: bool = False) -> SnapshotResult:
     """Discover through `host` while recording, then write the tarball atomically (temp file in
-    the destination directory, fsync, rename): a reader never sees a half-written snapshot."""
+    the destination directory, fsync, rename): a reader never sees a half-written snapshot.
+
+    `probe`: also measure (live) or carry over (recorded root) a probe run, kept at the
+    snapshot's root as `mcpnode-probe.json` (docs/probe.md). It is measured after the capture,
+    so the copies' load does not change the link speeds the snapshot records. Raises
+    ProbeUnavailable when it cannot run, before anything is written."""
     topo, rec, nvml = capture(host)
+    extra: dict[str, bytes] = {}
+    if probe:
+        extra[PROBE_MEMBER] = probe_run_bytes(host, topo)
     meta = metadata(topo, nvml, rec=rec, euid=host.effective_uid())
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent or Path())
@@ -106,14 +116,39 @@ def write_snapshot(host: Host, out: Path) -> SnapshotResult:
         with os.fdopen(fd, "wb") as raw:
             mode = "w:bz2" if out.name.endswith((".bz2", ".tbz2")) else "w:gz"
             with tarfile.open(fileobj=raw, mode=mode) as tf:  # type: ignore[call-overload]
-                _write_members(tf, rec, meta)
+                _write_members(tf, rec, meta, extra)
             raw.flush()
             os.fsync(raw.fileno())
         Path(tmp).replace(out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return SnapshotResult(out, len(rec.files), len(rec.links), len(rec.dirs), topo)
+    return SnapshotResult(
+        out, len(rec.files), len(rec.links), len(rec.dirs), topo, probed=PROBE_MEMBER in extra
+    )
+
+
+def probe_run_bytes(host: Host, topo: Topology) -> bytes:
+    """The probe run a snapshot keeps: measured now on the live host (its own NVML handle, so
+    the probe's link readings under load never mix with the recorded answers), the one recorded
+    under any other root. Raises ProbeUnavailable / ProbeDataError."""
+    from mcpnode.errors import ProbeUnavailable
+    from mcpnode.probe.model import dumps
+    from mcpnode.probe.record import load_recorded
+
+    if host.is_live:
+        from mcpnode.probe.live import measure
+
+        backend = open_backend(host)
+        try:
+            run = measure(host, topo, backend)
+        finally:
+            backend.close()
+        return dumps(run).encode()
+    found = load_recorded(host)
+    if found is None:
+        raise ProbeUnavailable(f"{host.source}: no probe recorded here to carry into the snapshot")
+    return dumps(found[0]).encode()
 
 
 def _info(name: str, kind: bytes, mtime: float) -> tarfile.TarInfo:
@@ -124,7 +159,9 @@ def _info(name: str, kind: bytes, mtime: float) -> tarfile.TarInfo:
     return ti
 
 
-def _write_members(tf: tarfile.TarFile, rec: Recording, meta: dict[str, Any]) -> None:
+def _write_members(
+    tf: tarfile.TarFile, rec: Recording, meta: dict[str, Any], extra: dict[str, bytes]
+) -> None:
     now = time.time()
     dirs: set[str] = set()
     # Every parent of every recorded path must exist as a real directory in the archive.
@@ -144,8 +181,8 @@ def _write_members(tf: tarfile.TarFile, rec: Recording, meta: dict[str, Any]) ->
         ti.linkname = target
         tf.addfile(ti)
     for path, data in sorted(rec.files.items()):
-        if path == SNAPSHOT_META_PATH:
-            continue  # a snapshot of a snapshot: the new metadata replaces the old
+        if path == SNAPSHOT_META_PATH or path.lstrip("/") in extra:
+            continue  # a snapshot of a snapshot: the new metadata (and probe run) replace the old
         ti = _info(path, tarfile.REGTYPE, now)
         ti.size = len(data)
         tf.addfile(ti, io.BytesIO(data))
@@ -153,3 +190,7 @@ def _write_members(tf: tarfile.TarFile, rec: Recording, meta: dict[str, Any]) ->
     ti = _info(SNAPSHOT_META, tarfile.REGTYPE, now)
     ti.size = len(body)
     tf.addfile(ti, io.BytesIO(body))
+    for name, data in sorted(extra.items()):
+        ti = _info(name, tarfile.REGTYPE, now)
+        ti.size = len(data)
+        tf.addfile(ti, io.BytesIO(data))

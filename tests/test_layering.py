@@ -19,6 +19,9 @@ LAYERS = [
     "tuning",
     "audit",
     "placement",
+    # The probe judges measurements against topology and the placement plan, and brings its
+    # own audit area (probe/area.py) because audit sits below placement; snapshot records it.
+    "probe",
     "snapshot",
     "fleet",
     "agent",

@@ -150,6 +150,7 @@ WRITERS = {
     "mcpnode/agent/service.py": "exporter files; removes the state file at stop",
     "mcpnode/cli/main.py": "`mcpnode audit --output` (mcpnode-audit.service)",
     "mcpnode/placement/systemd.py": "`mcpnode systemd-dropin --write`: by hand, never the agent",
+    "mcpnode/probe/record.py": "`mcpnode probe` keeps its run: by hand, never the agent or audit",
 }
 WRITE_CALL = re.compile(
     r"\b(write_file_atomic|write_atomic|write_text|write_bytes)\(|\bhost\.remove\("

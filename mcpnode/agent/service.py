@@ -55,6 +55,7 @@ from mcpnode.placement.build import Built, build_all
 from mcpnode.placement.exporters.inputs import summarize
 from mcpnode.placement.exporters.write import KINDS
 from mcpnode.placement.manifest import content_hash, publish
+from mcpnode.probe.section import manifest_section
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
 from mcpnode.topology.nvml import GpuBackend, open_backend
@@ -611,6 +612,7 @@ class Agent:
                 housekeeping=self.config.housekeeping,
                 profiles_dir=self.profiles_dir,
                 topology=self.topology,
+                probe=manifest_section,
             )
         except McpnodeError as err:
             self.log.error("manifest.build-failed", reason=reason, error=str(err))

@@ -22,6 +22,8 @@ from mcpnode.errors import (
     McpnodeError,
     PinRefused,
     PlacementUnavailable,
+    ProbeDataError,
+    ProbeUnavailable,
     ProcessGone,
     RootError,
     UsageError,
@@ -101,17 +103,20 @@ def gpus(root: str, fmt: str) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Tarball to write (.tar.gz or .tar.bz2).",
 )
-def snapshot(root: str, output: Path) -> None:
+@click.option(
+    "--probe", "with_probe", is_flag=True, help="Also record a probe run (uses the GPUs)."
+)
+def snapshot(root: str, output: Path, with_probe: bool) -> None:
     """Capture exactly the files discovery reads into a tarball usable as --root."""
     from mcpnode.host import Host
     from mcpnode.snapshot import write_snapshot
 
     with Host(root) as host:
-        result = write_snapshot(host, output)
+        result = write_snapshot(host, output, probe=with_probe)
     click.echo(
         f"wrote {result.path}: {result.files} files, {result.links} symlinks, "
         f"{result.dirs} directories; {len(result.topology.gpus)} GPUs, "
-        f"{len(result.topology.problems)} problems"
+        f"{len(result.topology.problems)} problems" + ("; probe recorded" if result.probed else "")
     )
 
 
@@ -387,6 +392,12 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     "`mcpnode profiles active`; none active: tuning checks are INFO).",
 )
 @profiles_dir_option
+@click.option(
+    "--probe",
+    "with_probe",
+    is_flag=True,
+    help="Add the probe.* checks: measure (uses the GPUs), or replay a snapshot's probe run.",
+)
 @click.pass_context
 def audit(
     ctx: click.Context,
@@ -398,13 +409,19 @@ def audit(
     strict: bool,
     profile_name: str | None,
     profiles_dir: Path | None,
+    with_probe: bool,
 ) -> None:
     """Preflight: cgroups, kernel modules, GPU health, NUMA, tuning, container stack.
     Exit 0 when nothing FAILed, 1 when something did, 2 when the audit could not run."""
-    from mcpnode.audit.run import run_audit
+    from mcpnode.audit.run import AREAS, run_audit
     from mcpnode.cli import render_audit
     from mcpnode.host import Host
 
+    areas = list(AREAS)
+    if with_probe:
+        from mcpnode.probe.area import AREA
+
+        areas.append(AREA)
     with Host(root) as host:
         report = run_audit(
             host,
@@ -412,6 +429,7 @@ def audit(
             skip=skip,
             profile=profile_name,
             profiles_dir=None if profiles_dir is None else str(profiles_dir),
+            areas=areas,
         )
     if output is not None:
         render_audit.write_atomic(output, render_audit.render(report, fmt, strict=strict))
@@ -454,9 +472,12 @@ def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fm
     from mcpnode.host import Host
     from mcpnode.placement.build import make_manifest
     from mcpnode.placement.manifest import publish
+    from mcpnode.probe.section import manifest_section
 
     with Host(root) as host:
-        doc = make_manifest(host, housekeeping=housekeeping, profiles_dir=profiles_dir)
+        doc = make_manifest(
+            host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section
+        )
         path = publish(host, doc)
     if fmt == "json":
         click.echo(render_placement.as_json(doc), nl=False)
@@ -480,12 +501,15 @@ def manifest_show(
     from mcpnode.host import Host
     from mcpnode.placement.build import make_manifest
     from mcpnode.placement.manifest import load_manifest
+    from mcpnode.probe.section import manifest_section
 
     with Host(root) as host:
         if published:
             doc = load_manifest(host)
         else:
-            doc = make_manifest(host, housekeeping=housekeeping, profiles_dir=profiles_dir)
+            doc = make_manifest(
+                host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section
+            )
     if fmt == "json":
         click.echo(render_placement.as_json(doc), nl=False)
     else:
@@ -696,9 +720,11 @@ def _register() -> None:
     # Groups defined in their own modules (they import nothing heavy at load time).
     from mcpnode.cli.config_cmd import config
     from mcpnode.cli.fleet import fleet_report
+    from mcpnode.cli.probe_cmd import probe
 
     cli.add_command(config)
     cli.add_command(fleet_report)
+    cli.add_command(probe)
 
 
 _register()
@@ -735,9 +761,12 @@ def main(argv: list[str] | None = None) -> None:
     except (RootError, HostError) as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_ERROR)
-    except ManifestError as err:
+    except (ManifestError, ProbeDataError) as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_DATAERR)
+    except ProbeUnavailable as err:
+        click.echo(f"mcpnode: probe: {err}", err=True)
+        sys.exit(EXIT_ERROR)
     except McpnodeError as err:
         click.echo(f"mcpnode: {type(err).__name__}: {err}", err=True)
         sys.exit(EXIT_ERROR)

@@ -216,6 +216,52 @@ def nvlinks(doc: Manifest) -> Value | None:
     )
 
 
+# -- probe (the manifest's optional `probe` section, docs/probe.md) ----------------------------
+
+_WORST = {"FAIL": 3, "WARN": 2, "PASS": 1}
+
+
+def _probe_gpus(doc: Manifest) -> list[Mapping[str, Any]] | None:
+    """The probe section's GPUs, None when no probe ran (or its kept run was unreadable)."""
+    section = doc.get("probe")
+    if section is None or section["error"] is not None:
+        return None
+    return sorted(section["gpus"], key=lambda g: g["index"])
+
+
+def probe_node(doc: Manifest) -> Value | None:
+    """The fastest measured NUMA node per GPU, `0-3:0,4-7:1`: equal to gpu_numa on a host whose
+    firmware tells the truth."""
+    gpus = _probe_gpus(doc)
+    if gpus is None:
+        return None
+    return _per_gpu(
+        [(g["index"], None if g["fastest_node"] is None else str(g["fastest_node"])) for g in gpus]
+    )
+
+
+def probe_pcie(doc: Manifest) -> Value | None:
+    """The probe.pcie verdict per GPU, `0-4:PASS,5:FAIL,6-7:PASS`: bandwidth against the link's
+    promise, a verdict rather than GB/s, which differ from run to run."""
+    gpus = _probe_gpus(doc)
+    if gpus is None:
+        return None
+    return _per_gpu([(g["index"], g["pcie"]) for g in gpus])
+
+
+def probe_nvlink(doc: Manifest) -> Value | None:
+    """Per GPU the worst probe.nvlink verdict of its peer copies to NVLink-joined GPUs."""
+    gpus = _probe_gpus(doc)
+    if gpus is None:
+        return None
+    worst: dict[int, str] = {}
+    for p in doc["probe"]["peers"]:
+        status = p["status"]
+        if status in _WORST and _WORST[status] > _WORST.get(worst.get(p["src"], ""), 0):
+            worst[p["src"]] = status
+    return _per_gpu([(g["index"], worst.get(g["index"])) for g in gpus])
+
+
 PROPERTIES: tuple[Property, ...] = (
     Property("gpus", "GPU model and count", False, gpu_models),
     Property("driver", "NVIDIA driver version", False, driver),
@@ -229,6 +275,13 @@ PROPERTIES: tuple[Property, ...] = (
     Property("pcie_gen", "current PCIe generation per GPU", True, pcie_gen),
     Property("nic", "nearest NIC(s) per GPU (bucket)", True, nics),
     Property("nvlink", "active NVLink links per GPU", True, nvlinks),
+    Property("probe_node", "fastest measured NUMA node per GPU (probe)", True, probe_node),
+    Property(
+        "probe_pcie", "host<->GPU bandwidth against the PCIe promise (probe)", True, probe_pcie
+    ),
+    Property(
+        "probe_nvlink", "GPU<->GPU bandwidth against the NVLink promise (probe)", True, probe_nvlink
+    ),
     Property("tuning", "tuning profile and compliance", False, tuning),
     Property("audit_failed", "audit findings that FAILed", False, audit_failed),
 )

@@ -6,6 +6,7 @@ goes through the Host it is given.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +25,10 @@ from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.verify import VerifyReport, verify
 
 MACHINE_ID_PATH = "/etc/machine-id"
+
+# What gives the manifest its `probe` section: mcpnode.probe.section.manifest_section, passed in
+# by the commands that publish (the probe package sits above this one).
+ProbeSection = Callable[[Host, Topology, Placement], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -44,15 +49,22 @@ def make_manifest(
     housekeeping: str = HOUSEKEEPING_DEFAULT,
     profiles_dir: Path | None = None,
     topology: Topology | None = None,
+    probe: ProbeSection | None = None,
 ) -> dict[str, Any]:
     """The manifest of the machine behind `host`.
 
     `topology` reuses a discovery already made through `host` (the agent keeps one between
     device events). Raises RootError / HostError when discovery cannot run, UsageError for a
     bad `housekeeping`; a profile that cannot be loaded is recorded in the tuning section, and
-    a failing audit area in the audit's problems, never raised."""
+    a failing audit area in the audit's problems, never raised. `probe` reads the last probe
+    run kept under `host` into the manifest's `probe` section."""
     return build_all(
-        host, now=now, housekeeping=housekeeping, profiles_dir=profiles_dir, topology=topology
+        host,
+        now=now,
+        housekeeping=housekeeping,
+        profiles_dir=profiles_dir,
+        topology=topology,
+        probe=probe,
     ).manifest
 
 
@@ -63,6 +75,7 @@ def build_all(
     housekeeping: str = HOUSEKEEPING_DEFAULT,
     profiles_dir: Path | None = None,
     topology: Topology | None = None,
+    probe: ProbeSection | None = None,
 ) -> Built:
     """make_manifest, keeping the topology, placement and audit report it was built from."""
     topo = topology if topology is not None else discover_host(host)
@@ -99,6 +112,7 @@ def build_all(
         container_toolkit=toolkit_version(findings),
         housekeeping=housekeeping,
         tuning_source=ctx.active.source if ctx.active is not None else None,
+        probe=probe(host, topo, placement) if probe is not None else None,
     )
     return Built(manifest, topo, placement, audit)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +45,7 @@ def build_manifest(
     container_toolkit: str | None = None,
     housekeeping: str = "first-core",
     tuning_source: str | None = None,
+    probe: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest as JSON-ready data, `content_hash` filled in.
 
@@ -53,7 +55,8 @@ def build_manifest(
     `audit`: None when it was not run. `machine_id` is /etc/machine-id as read by the caller;
     `driver` overrides NVML's driver version (the audit reads /proc/driver/nvidia/version when
     NVML is absent); `container_toolkit` the lowest NVIDIA Container Toolkit component version
-    the audit read (None: not installed or not audited)."""
+    the audit read (None: not installed or not audited); `probe` the JSON-ready figures of the
+    last probe run (mcpnode/probe/section.py), the `probe` field appearing only when one ran."""
     nvml = topo.nvml if topo.nvml is not None and topo.nvml.available else None
     body: dict[str, Any] = {
         "schema": SCHEMA,
@@ -82,6 +85,8 @@ def build_manifest(
             {"code": p.code, "source": p.source, "detail": p.detail} for p in topo.problems
         ],
     }
+    if probe is not None:
+        body["probe"] = dict(probe)
     body["content_hash"] = content_hash(body)
     return body
 

@@ -5,8 +5,13 @@
 #      NICs by legend name, then CPU Affinity / NUMA Affinity / GPU NUMA ID per GPU (nvidia-smi
 #      clips CPU Affinity to the caller's cpuset; mcpnode does not, and that is only a note);
 #   2. `nvidia-smi -q -x` + `nvidia-smi nvlink -s` vs `mcpnode gpus --format json`, per GPU by
-#      bus id: name, UUID, persistence, ECC, MIG, remapped rows, PCIe gen/width, active NVLinks.
-# The comparison itself is tests/device/compare.py (unit-tested in tests/test_device_compare.py).
+#      bus id: name, UUID, persistence, ECC, MIG, remapped rows, PCIe gen/width, active NVLinks;
+#   3. on the live host, when the probe's bindings are installed: `mcpnode probe` live, then the
+#      same run replayed from a snapshot of this host (`--root`), the two reports equal but for
+#      `source`; the figures are printed. With $OUT set, `mcpnode snapshot --probe` also leaves
+#      $OUT/probe-snapshot.tar.gz, the capture to commit as a fixture.
+# The comparisons are tests/device/compare.py and tests/device/probe_compare.py (unit-tested in
+# tests/test_device_compare.py and tests/test_probe_device.py).
 #
 # Exit: 0 everything matches, 1 something differs, 2 a tool is missing or failed.
 # Environment: PYTHON (default python3); MCPNODE_ROOT (default /) points mcpnode at a snapshot or
@@ -64,13 +69,60 @@ echo "== GPUs: nvidia-smi -q -x, nvidia-smi nvlink -s vs mcpnode gpus --root $ro
   ${nvlink[@]+"${nvlink[@]}"}
 rc_gpus=$?
 
-if [ "$rc_topo" -ge 2 ] || [ "$rc_gpus" -ge 2 ]; then
-  echo "check.sh: an output could not be parsed"
+# The probe: exit 1 from it is its findings, not a failure of this check; 2 is.
+rc_probe=0
+if [ "$root" != / ]; then
+  echo "== probe: not run (MCPNODE_ROOT is not the live host)"
+elif ! "$PY" -c "import cuda.bindings.driver" 2>/dev/null && ! "$PY" -c "from cuda import cuda" 2>/dev/null; then
+  echo "== probe: not run (no cuda-bindings here: pip install 'mcpnode[probe]')"
+else
+  echo "== probe: mcpnode probe live vs replayed from a snapshot of this host"
+  "$PY" -m mcpnode probe --no-save --format json >"$tmp/probe-live.json" 2>"$tmp/stderr"
+  rc=$?
+  if [ "$rc" -ge 2 ]; then
+    echo "check.sh: \`mcpnode probe\` exited $rc:"
+    cat "$tmp/stderr"
+    rc_probe=2
+  else
+    ok=1
+    capture probe-snapshot.txt "$PY" -m mcpnode snapshot -o "$tmp/probe-base.tar.gz" || ok=0
+    if [ "$ok" = 1 ]; then
+      capture probe-root.txt "$PY" -m tests.device.probe_compare root "$tmp/probe-live.json" \
+        "$tmp/probe-base.tar.gz" "$tmp/probe-root" || ok=0
+    fi
+    if [ "$ok" = 1 ]; then
+      "$PY" -m mcpnode probe --root "$(cat "$tmp/probe-root.txt")" --format json \
+        >"$tmp/probe-replay.json" 2>"$tmp/stderr"
+      rc=$?
+      if [ "$rc" -ge 2 ]; then
+        echo "check.sh: the replayed \`mcpnode probe --root\` exited $rc:"
+        cat "$tmp/stderr"
+        ok=0
+      fi
+    fi
+    if [ "$ok" = 1 ]; then
+      "$PY" -m tests.device.probe_compare compare "$tmp/probe-live.json" "$tmp/probe-replay.json"
+      rc_probe=$?
+    else
+      rc_probe=2
+    fi
+  fi
+  if [ -n "${OUT:-}" ] && [ "$rc_probe" -lt 2 ]; then
+    "$PY" -m mcpnode snapshot --probe -o "$OUT/probe-snapshot.tar.gz" || rc_probe=2
+  fi
+fi
+
+if [ "$rc_topo" -ge 2 ] || [ "$rc_gpus" -ge 2 ] || [ "$rc_probe" -ge 2 ]; then
+  echo "check.sh: an output could not be parsed, or the probe could not run"
   exit 2
+fi
+if [ "$rc_probe" -ne 0 ]; then
+  echo "check.sh: the probe's replay differs from the live run (DIFF lines above)"
 fi
 if [ "$rc_topo" -ne 0 ] || [ "$rc_gpus" -ne 0 ]; then
   echo "check.sh: mcpnode and nvidia-smi differ (DIFF lines above)"
   exit 1
 fi
+[ "$rc_probe" -eq 0 ] || exit 1
 echo "check.sh: mcpnode and nvidia-smi agree"
 exit 0
