@@ -935,6 +935,57 @@ class Host:
                 raise CommandNotFound(f"{executable}: cannot execute: {err.strerror}") from err
             raise _translate(err, executable) from err
 
+    # -- capped reads: other programs' configuration files -----------------------------------
+    # Files written by someone else (a kubelet's config.yaml, its flag files) are read with a
+    # size cap that stops the read itself, the way systemd's read_full_file() takes a maximum:
+    # a file that keeps growing, or a multi-gigabyte one, costs at most max_bytes + 1 bytes.
+
+    def read_text_capped(self, logical: str, max_bytes: int) -> str | None:
+        """At most `max_bytes` of a file, decoded as UTF-8 (undecodable bytes replaced). None for
+        ENOENT/ENODEV/EINVAL, like read_optional. Raises ReadError (errno EFBIG) naming the cap
+        when the file holds more, and the other HostError subclasses as read_bytes does."""
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            fs = self._real_fs(logical)
+            if not self._native:
+                flags |= os.O_NOFOLLOW
+            try:
+                fd = os.open(fs, flags)
+            except OSError as err:
+                if err.errno != errno_mod.ELOOP or self._native:
+                    raise
+                fs = self._prefix + self._resolve(logical, follow_last=True)
+                fd = os.open(fs, flags)
+        except (PathNotFound, NotSupported) as err:
+            if err.errno in _ABSENT_ERRNOS:
+                return None
+            raise
+        except HostError:
+            raise
+        except OSError as err:
+            if err.errno in _ABSENT_ERRNOS:
+                return None
+            raise _translate(err, logical) from err
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while got <= max_bytes:
+                chunk = os.read(fd, min(_READ_CHUNK, max_bytes + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+        except OSError as err:
+            raise _translate(err, logical) from err
+        finally:
+            os.close(fd)
+        if got > max_bytes:
+            raise ReadError(logical, errno_mod.EFBIG, f"larger than {max_bytes} bytes")
+        data = b"".join(chunks)
+        if self._recording is not None:
+            self._recording.files[fs[len(self._prefix) :]] = data
+        return data.decode("utf-8", errors="replace")
+
 
 def _opt_int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None

@@ -9,7 +9,7 @@ from typing import Literal
 
 from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
 from mcpnode.host import Host
-from mcpnode.topology.model import Topology
+from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
 
 CgroupMode = Literal["v2", "hybrid", "v1", "unknown"]
@@ -26,6 +26,9 @@ class AuditContext:
     profile: str = "base"  # the configured tuning profile
     has_rdma: bool = False  # at least one NIC with an RDMA device (mlx5_0, ...)
     profiles_dir: str | None = None  # system profiles directory (None: the shipped ones)
+    # mcpnode's housekeeping CPUs when the caller planned placement (the manifest build does);
+    # None: areas that need them read the published manifest (audit/kubelet.py).
+    housekeeping: CpuSet | None = None
 
     @property
     def has_gpus(self) -> bool:
@@ -80,7 +83,11 @@ def driver_version_of(text: str) -> str | None:
 
 
 def build_context(
-    host: Host, topology: Topology, profile: str = "base", profiles_dir: str | None = None
+    host: Host,
+    topology: Topology,
+    profile: str = "base",
+    profiles_dir: str | None = None,
+    housekeeping: CpuSet | None = None,
 ) -> AuditContext:
     """The shared facts, from a topology already discovered through `host`."""
     from mcpnode.audit.facts import read_file
@@ -104,4 +111,5 @@ def build_context(
         profile=profile,
         has_rdma=any(nic.rdma_devices for nic in topology.nics),
         profiles_dir=profiles_dir,
+        housekeeping=housekeeping,
     )

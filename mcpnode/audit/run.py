@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from mcpnode.audit import cgroup, container, gpu, kernel, numa, privilege, tuning
+from mcpnode.audit import cgroup, container, gpu, kernel, kubelet, numa, privilege, tuning
 from mcpnode.audit.context import AuditContext, build_context
 from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.host import Host
@@ -36,6 +36,7 @@ AREAS: list[Area] = [
     Area("numa", "NUMA", numa.collect, numa.check),
     Area("tuning", "Tuning compliance", tuning.collect, tuning.check),
     Area("container", "NVIDIA container stack", container.collect, container.check),
+    Area("kubelet", "kubelet alignment", kubelet.collect, kubelet.check),
 ]
 
 

@@ -76,7 +76,15 @@ def build_all(
     except McpnodeError as err:
         tuning = f"{type(err).__name__}: {err}"
     when = now or datetime.now(timezone.utc)
-    ctx = build_context(host, topo, profile, None if profiles_dir is None else str(profiles_dir))
+    ctx = build_context(
+        host,
+        topo,
+        profile,
+        None if profiles_dir is None else str(profiles_dir),
+        # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this
+        # manifest publishes, not with a previous manifest's.
+        housekeeping=placement.housekeeping,
+    )
     findings, problems = run_areas(host, ctx, AREAS)
     audit = AuditReport(
         findings=tuple(findings),
