@@ -6,6 +6,8 @@ are the ones mcpnode's placement plan reserves on that host."""
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +63,50 @@ def aligned_config(reserved: str) -> str:
     )
 
 
-def node(tmp: Path, files: dict[str, str | None], *, manifest: bool = True) -> Path:
+# One copy of the fixture per module (copying the HGX tree is most of a test's cost); each
+# test starts from it with every kubelet-related tree and the manifest removed, then writes
+# its own files. Discovery and the manifest are the real ones.
+_BASE: dict[str, Any] = {}
+RESET = (
+    "var/lib/kubelet",
+    "etc/systemd/system",
+    "usr/lib/systemd",
+    "lib/systemd",
+    "etc/default",
+    "etc/sysconfig",
+    "etc/kubernetes",
+    "run/mcpnode",
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    root = auditroot.build(tmp_path_factory.mktemp("kubelet-node"), HOST)
+    with Host(root) as h:
+        text = dumps(make_manifest(h))
+    _BASE.update(root=root, manifest=text, hk=json.loads(text)["placement"]["housekeeping_cpus"])
+    yield
+    _BASE.clear()
+
+
+def node(_tmp: Path, files: dict[str, str | None], *, manifest: bool = True) -> Path:
     """The HGX fixture with the kubelet's files; the manifest published as the agent would."""
-    root = auditroot.build(tmp, HOST, files=files)
+    root: Path = _BASE["root"]
+    for rel in RESET:
+        shutil.rmtree(root / rel, ignore_errors=True)
+    for rel, text in files.items():
+        if text is not None:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
     if manifest:
-        with Host(root) as h:
-            doc = make_manifest(h)
-            h.makedirs("/run/mcpnode")
-            h.write_file_atomic(MANIFEST_PATH, dumps(doc).encode())
+        (root / "run/mcpnode").mkdir(parents=True)
+        (root / MANIFEST_PATH.lstrip("/")).write_text(_BASE["manifest"])
     return root
 
 
-def housekeeping(tmp: Path) -> str:
+def housekeeping(_tmp: Path) -> str:
     """What mcpnode's placement reserves on HOST (from the real plan, not hard-coded)."""
-    with Host(auditroot.HOSTS / HOST) as h:
-        cpus: str = make_manifest(h)["placement"]["housekeeping_cpus"]
+    cpus: str = _BASE["hk"]
     assert cpus  # first-core on a host with CPUs reserves something
     return cpus
 
@@ -151,6 +182,21 @@ def test_defaults_warn_and_say_how(tmp_path: Path) -> None:
     assert "cpuManagerPolicy: static" in (cpu.remedy or "")
     assert housekeeping(tmp_path) in (cpu.remedy or "")
     assert "cpu_manager_state" in (cpu.remedy or "")
+
+
+def test_a_node_without_gpus_has_nothing_to_align(tmp_path: Path) -> None:
+    root = auditroot.build(tmp_path, auditroot.NO_GPU, files=kubeadm(HEAD))
+    report = audit(root)
+    assert status(report) == {
+        "kubelet.config": "PASS",
+        "kubelet.cpu-manager": "SKIP",
+        "kubelet.reserved-cpus": "SKIP",
+        "kubelet.topology-manager": "SKIP",
+        "kubelet.memory-manager": "SKIP",
+    }
+    cpu = by_id(report)["kubelet.cpu-manager"]
+    assert "no GPU on this node" in cpu.summary
+    assert cpu.evidence[0].value == "cpuManagerPolicy: none"
 
 
 # -- the reserved CPUs --------------------------------------------------------------------------

@@ -374,15 +374,26 @@ def check(facts: KubeletFacts, ctx: AuditContext) -> list[Finding]:
             )
         ]
     s = facts.settings
-    out = [
-        Finding(
-            "kubelet.config",
-            Status.PASS,
-            "kubelet configuration read from " + (", ".join(facts.read) or "defaults only"),
-            read,
-        ),
-        _cpu_manager(s, facts),
-    ]
+    config = Finding(
+        "kubelet.config",
+        Status.PASS,
+        "kubelet configuration read from " + (", ".join(facts.read) or "defaults only"),
+        read,
+    )
+    if not ctx.has_gpus:
+        # A CPU-only node of the cluster: mcpnode places no GPU work here, so there is no
+        # slice for the kubelet to respect (the values are still shown).
+        why = "no GPU on this node: no GPU CPU slices for the kubelet to align with"
+        return [config] + [
+            Finding(fid, Status.SKIP, why, _ev(s, *names))
+            for fid, names in (
+                ("kubelet.cpu-manager", ("cpuManagerPolicy",)),
+                ("kubelet.reserved-cpus", ("reservedSystemCPUs",)),
+                ("kubelet.topology-manager", ("topologyManagerPolicy", "topologyManagerScope")),
+                ("kubelet.memory-manager", ("memoryManagerPolicy",)),
+            )
+        ]
+    out = [config, _cpu_manager(s, facts)]
     out.extend(_cpu_options(s, facts))
     out.append(_reserved(s, facts))
     out.extend(_topology(s, facts))
