@@ -136,6 +136,14 @@ def test_host_namespaces_and_privilege() -> None:
     assert ctx["readOnlyRootFilesystem"] is True
 
 
+def test_asks_the_nvidia_runtime_for_nvml_without_taking_a_gpu() -> None:
+    container = agent_container()
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert "nvidia.com/gpu" not in str(container["resources"])
+
+
 def test_scheduled_on_gpu_nodes_despite_their_taint() -> None:
     spec = pod_spec()
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
