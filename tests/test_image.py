@@ -19,13 +19,20 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+from tests import auditroot
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_JSON = REPO / "build" / "image" / "image.json"
@@ -88,6 +95,7 @@ def rootfs(oci: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Pat
     """The image's file system, unpacked from its layers (owners kept: we are root)."""
     root = tmp_path_factory.mktemp("image") / "rootfs"
     root.mkdir()
+    IMAGE_ENV[:] = oci["config"]["config"]["Env"]
     for layer in oci["layers"]:
         data = gzip.decompress(layer) if layer[:2] == b"\x1f\x8b" else layer
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -153,42 +161,45 @@ def test_image_is_small_and_carries_no_installer(rootfs: Path, image: dict[str, 
 # -- running it ---------------------------------------------------------------------------------
 
 
-def in_image(
-    rootfs: Path, *argv: str, user: str | None = NONROOT
-) -> subprocess.CompletedProcess[str]:
+IMAGE_ENV: list[str] = []  # the image config's Env, set by the rootfs fixture
+
+
+def image_argv(rootfs: Path, *argv: str, user: str | None = NONROOT) -> list[str]:
     """`argv` under chroot into the image, in a private mount namespace that has /dev, /proc
-    and /sys (like a container's) and the fixture at /mnt/fixture, read-only."""
+    and /sys (like a container's) and the fixture at /mnt/fixture, read-only; the environment
+    is the image's (its Env), nothing of ours."""
     mnt = rootfs / "mnt" / "fixture"
     mnt.mkdir(parents=True, exist_ok=True)
     for d in ("dev", "proc", "sys"):
         (rootfs / d).mkdir(exist_ok=True)
+    # /sys and /proc/sys read-only, as a container runtime gives them to an unprivileged
+    # container: nothing run from the image can change this machine.
     script = (
         'set -e; r="$1"; shift; mount --rbind /dev "$r/dev"; mount -t proc proc "$r/proc"; '
-        'mount --rbind /sys "$r/sys"; mount --bind "$FIXTURE" "$r/mnt/fixture"; '
-        'mount -o remount,bind,ro "$r/mnt/fixture"; exec "$@"'
+        'mount --bind "$r/proc/sys" "$r/proc/sys"; mount -o remount,bind,ro "$r/proc/sys"; '
+        'mount --rbind /sys "$r/sys"; mount -o remount,bind,ro "$r/sys"; '
+        'mount --bind "$FIXTURE" "$r/mnt/fixture"; mount -o remount,bind,ro "$r/mnt/fixture"; '
+        'exec "$@"'
     )
     chroot = ["chroot", *(["--userspec", user] if user else []), str(rootfs)]
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FIXTURE": str(FIXTURE)}
+    assert IMAGE_ENV, "the rootfs fixture sets the image's environment"
+    return [
+        "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+        str(rootfs), *chroot, "/usr/bin/env", "-i", *IMAGE_ENV, *argv,
+    ]  # fmt: skip
+
+
+HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FIXTURE": str(FIXTURE)}
+
+
+def in_image(
+    rootfs: Path, *argv: str, user: str | None = NONROOT
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            str(rootfs),
-            *chroot,
-            "/usr/bin/env",
-            "-i",
-            "PATH=/opt/mcpnode/bin:/usr/bin:/bin",
-            *argv,
-        ],
+        image_argv(rootfs, *argv, user=user),
         capture_output=True,
         text=True,
-        env=env,
+        env=HOST_ENV,
         timeout=120,
         check=False,
     )
@@ -239,3 +250,59 @@ def test_audit_of_this_machine_as_root(rootfs: Path) -> None:
     areas = {f["area"] for f in report["findings"]}
     assert {"self", "kernel", "tuning", "kubelet"} <= areas
     assert report["problems"] == []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_the_daemonsets_agent_starts_in_the_image_and_answers_its_probe(rootfs: Path) -> None:
+    """`mcpnode agent` from the image with the DaemonSet's ConfigMap (exports nfd and prom),
+    as root, on a copy of a fixture node inside the image (its sysctls are the copy's files,
+    nothing of this machine is tuned): the probe's GET /metrics answers once it is up, the
+    exporters' files appear where the DaemonSet mounts the host's directories, SIGTERM stops
+    it with exit 0."""
+    node = auditroot.build(rootfs / "srv", auditroot.HGX)
+    port = free_port()
+    configmap = yaml.safe_load((REPO / "deploy/kubernetes/configmap.yaml").read_text())
+    config = configmap["data"]["mcpnode.toml"].replace("0.0.0.0:9847", f"127.0.0.1:{port}")
+    assert f"127.0.0.1:{port}" in config
+    (node / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (node / "etc/mcpnode/mcpnode.toml").write_text(config)
+    # The DaemonSet's hostPath volumes are DirectoryOrCreate: the directories exist.
+    exports = (
+        "etc/kubernetes/node-feature-discovery/features.d/mcpnode",
+        "var/lib/node_exporter/textfile_collector/mcpnode.prom",
+    )
+    for rel in exports:
+        (node / rel).parent.mkdir(parents=True, exist_ok=True)
+    inside = "/" + str(node.relative_to(rootfs))
+    argv = image_argv(rootfs, "mcpnode", "agent", "--root", inside, user=None)
+    proc = subprocess.Popen(
+        argv, env=HOST_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        body = None
+        deadline = time.monotonic() + 90
+        while body is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    assert r.status == 200
+                    body = r.read().decode()
+            except OSError:
+                time.sleep(0.2)
+        assert body is not None, f"no answer on /metrics (agent exit {proc.poll()})"
+        assert "mcpnode_" in body
+        for rel in exports:
+            assert (node / rel).stat().st_size > 0, rel
+        assert (node / "run/mcpnode/manifest.json").exists()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, proc.stderr.read() if proc.stderr else ""
