@@ -166,6 +166,17 @@ def test_aligned_kubeadm_node_passes_everything(tmp_path: Path) -> None:
     assert "/var/lib/kubelet/config.yaml" in by_id(report)["kubelet.config"].summary
 
 
+def test_report_matches_the_audit_schema(tmp_path: Path) -> None:
+    from mcpnode.cli import render_audit
+    from tests.jsonschema_mini import validate
+
+    schema = json.loads((auditroot.HERE.parent / "docs" / "audit-schema.json").read_text())
+    report = audit(node(tmp_path, kubeadm(aligned_config("0-3"))))
+    doc = render_audit.report_json(report)
+    assert validate(doc, schema) == []
+    assert {f["area"] for f in doc["findings"]} == {"kubelet"}
+
+
 def test_defaults_warn_and_say_how(tmp_path: Path) -> None:
     """An empty KubeletConfiguration: every manager at its default."""
     report = audit(node(tmp_path, kubeadm(HEAD)))
