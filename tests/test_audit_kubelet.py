@@ -285,6 +285,18 @@ def test_flags_override_the_config_file(tmp_path: Path) -> None:
     assert sources == ["/etc/default/kubelet (KUBELET_EXTRA_ARGS: --cpu-manager-policy)"]
 
 
+def test_unquoted_flag_line_keeps_every_flag(tmp_path: Path) -> None:
+    """An EnvironmentFile value without quotes runs to the end of the line."""
+    hk = housekeeping(tmp_path)
+    extra = (
+        f"KUBELET_EXTRA_ARGS=--node-ip=10.0.0.7 --cpu-manager-policy static --reserved-cpus={hk}\n"
+    )
+    files = kubeadm(HEAD, **{"etc/default/kubelet": extra})
+    got = by_id(audit(node(tmp_path, files)))
+    assert got["kubelet.cpu-manager"].status is Status.PASS
+    assert got["kubelet.reserved-cpus"].status is Status.PASS
+
+
 def test_config_flag_points_elsewhere(tmp_path: Path) -> None:
     hk = housekeeping(tmp_path)
     unit = KUBEADM_UNIT.replace("/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.yaml")

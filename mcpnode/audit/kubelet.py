@@ -19,7 +19,8 @@ Where the configuration comes from (kubeadm's layout, and the distributions' pac
   systems); an EnvironmentFile= overrides Environment= (systemd.exec(5)). Flags override the
   config file and its drop-ins ("Set Kubelet Parameters Via A Configuration File"); of two
   equal flags the last wins (pflag).
-/etc/kubernetes/kubelet.conf is *not* read: on kubeadm nodes it is the kubelet's kubeconfig,
+Not read: the layouts of k3s, RKE2 and MicroK8s, which pass kubelet arguments from their own
+configuration (the area then SKIPs and says so). Nor /etc/kubernetes/kubelet.conf: on kubeadm nodes it is the kubelet's kubeconfig,
 which holds no policy and may embed a client key (client-key-data) that must not end up in
 evidence or a snapshot.
 
@@ -173,12 +174,26 @@ def _unit_variables(host: Host, read: list[str]) -> tuple[dict[str, str], dict[s
         read.append(path)
         for line in text.splitlines():
             line = line.strip()
-            if not line or line.startswith("#") or "=" not in line:
+            if not line or line.startswith(("#", ";")) or "=" not in line:
                 continue
-            for k, v in _assignments(line, path):
-                variables[k] = v
-                source[k] = path
+            key, value = _env_line(line, path)
+            variables[key] = value
+            source[key] = path
     return variables, source
+
+
+def _env_line(line: str, path: str) -> tuple[str, str]:
+    """One `KEY=VALUE` line of an EnvironmentFile: an unquoted value runs to the end of the
+    line (`KUBELET_EXTRA_ARGS=--a=1 --b` is both flags), a quoted one is unquoted
+    (systemd.exec(5), EnvironmentFile=)."""
+    key, _, value = line.partition("=")
+    value = value.strip()
+    if value[:1] in ("'", '"'):
+        try:
+            value = " ".join(shlex.split(value))
+        except ValueError as err:
+            raise _Bad(f"{path}: cannot parse {clip(line, 80)!r} ({err})") from err
+    return key.strip(), value
 
 
 def _unit_lines(text: str) -> list[tuple[str, str]]:
@@ -357,7 +372,9 @@ def check(facts: KubeletFacts, ctx: AuditContext) -> list[Finding]:
             Finding(
                 "kubelet.config",
                 Status.SKIP,
-                "no kubelet configuration found: not a Kubernetes node",
+                "no kubelet configuration found: not a Kubernetes node, or not one laid out "
+                "like kubeadm's (k3s, RKE2 and MicroK8s keep kubelet arguments in their own "
+                "files, which are not read)",
                 (Evidence("looked in", ", ".join(facts.looked)),),
             )
         ]
