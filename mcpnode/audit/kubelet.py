@@ -20,9 +20,9 @@ Where the configuration comes from (kubeadm's layout, and the distributions' pac
   config file and its drop-ins ("Set Kubelet Parameters Via A Configuration File"); of two
   equal flags the last wins (pflag).
 Not read: the layouts of k3s, RKE2 and MicroK8s, which pass kubelet arguments from their own
-configuration (the area then SKIPs and says so). Nor /etc/kubernetes/kubelet.conf: on kubeadm nodes it is the kubelet's kubeconfig,
-which holds no policy and may embed a client key (client-key-data) that must not end up in
-evidence or a snapshot.
+configuration (the area then SKIPs and says so); nor /etc/kubernetes/kubelet.conf, which on
+kubeadm nodes is the kubelet's kubeconfig: it holds no policy and may embed a client key
+(client-key-data) that must not end up in evidence or a snapshot.
 
 Reads are capped (Host.read_text_capped) and YAML goes through audit/yaml_bounded.py: an
 oversized file, a YAML bomb or deep nesting is a FAIL naming the file, never a traceback.
