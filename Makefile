@@ -7,7 +7,7 @@ STAMP_RUN  := $(VENV)/.installed-run
 STAMP_DEV  := $(VENV)/.installed-dev
 RUN_ARGS ?=
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck pytest bench image image-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,15 @@ bench: $(STAMP_DEV)
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hwloc >/dev/null; \
 	  else echo "lstopo-no-graphics missing (apt-get install hwloc): lstopo comparisons skipped"; fi; }
 	$(PY) bench/run.py
+
+## make image: the container image, built offline from Debian packages and PyPI wheels (root;
+## installs mmdebstrap, umoci and skopeo if absent): build/image/mcpnode-VERSION.oci.tar.
+## image-test: build it, then run tests/test_image.py on it (chroot, image config).
+image: $(STAMP_DEV)
+	PYTHON=$(PY) bash image/build.sh
+
+image-test: image
+	$(VENV)/bin/pytest -q tests/test_image.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

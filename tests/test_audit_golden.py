@@ -27,7 +27,8 @@ FIXED = datetime(2025, 1, 1, tzinfo=timezone.utc)
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[1] / "docs" / "audit-schema.json").read_text()
 )
-SKIP_AREAS = ["container"]  # covered by test_audit_container.py
+# Covered by their own tests and fixtures: test_audit_container.py, test_audit_kubelet.py.
+SKIP_AREAS = ["container", "kubelet"]
 
 
 def audit_json(root: Path) -> dict[str, Any]:

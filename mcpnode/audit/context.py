@@ -9,7 +9,7 @@ from typing import Literal
 
 from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
 from mcpnode.host import Host
-from mcpnode.topology.model import Topology
+from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
 from mcpnode.tuning.active import ActiveProfile
 
@@ -28,6 +28,9 @@ class AuditContext:
     has_rdma: bool = False  # at least one NIC with an RDMA device (mlx5_0, ...)
     profiles_dir: str | None = None  # system profiles directory (None: the shipped ones)
     active: ActiveProfile | None = None  # how `profile` was chosen (None: named by the caller)
+    # mcpnode's housekeeping CPUs when the caller planned placement (the manifest build does);
+    # None: areas that need them read the published manifest (audit/kubelet.py).
+    housekeeping: CpuSet | None = None
 
     @property
     def has_gpus(self) -> bool:
@@ -87,6 +90,7 @@ def build_context(
     profile: str | None = None,
     profiles_dir: str | None = None,
     active: ActiveProfile | None = None,
+    housekeeping: CpuSet | None = None,
 ) -> AuditContext:
     """The shared facts, from a topology already discovered through `host`."""
     from mcpnode.audit.facts import read_file
@@ -111,4 +115,5 @@ def build_context(
         has_rdma=any(nic.rdma_devices for nic in topology.nics),
         profiles_dir=profiles_dir,
         active=active,
+        housekeeping=housekeeping,
     )

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from mcpnode.audit import cgroup, container, gpu, kernel, numa, privilege, tuning
+from mcpnode.audit import cgroup, container, gpu, kernel, kubelet, numa, privilege, tuning
 from mcpnode.audit.context import AuditContext, build_context
 from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.audit.paths import MACHINE_DIRS
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
-from mcpnode.topology.model import Topology
+from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.tuning.active import active_profile
 
 
@@ -46,6 +46,7 @@ AREAS: list[Area] = [
     Area("numa", "NUMA", numa.collect, numa.check),
     Area("tuning", "Tuning compliance", tuning.collect, tuning.check),
     Area("container", "NVIDIA container stack", container.collect, container.check),
+    Area("kubelet", "kubelet alignment", kubelet.collect, kubelet.check),
 ]
 
 
@@ -133,15 +134,21 @@ def require_machine(host: Host) -> None:
 
 
 def audit_context(
-    host: Host, topology: Topology, profile: str | None, profiles_dir: str | None
+    host: Host,
+    topology: Topology,
+    profile: str | None,
+    profiles_dir: str | None,
+    *,
+    housekeeping: CpuSet | None = None,
 ) -> AuditContext:
     """The shared context, with the profile to check: `profile` when given, else the active
-    one (tuning/active.py), else none."""
+    one (tuning/active.py), else none. `housekeeping`: mcpnode's housekeeping CPUs when the
+    caller planned placement (audit/kubelet.py compares the kubelet's reserved CPUs)."""
     active = None
     if profile is None:
         active = active_profile(host)
         profile = active.name
-    return build_context(host, topology, profile, profiles_dir, active)
+    return build_context(host, topology, profile, profiles_dir, active, housekeeping)
 
 
 def run_audit(

@@ -80,7 +80,15 @@ def build_all(
     """make_manifest, keeping the topology, placement and audit report it was built from."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
-    ctx = audit_context(host, topo, None, None if profiles_dir is None else str(profiles_dir))
+    # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
+    # publishes, not with a previous manifest's.
+    ctx = audit_context(
+        host,
+        topo,
+        None,
+        None if profiles_dir is None else str(profiles_dir),
+        housekeeping=placement.housekeeping,
+    )
     profile = ctx.profile
     tuning: VerifyReport | str | None
     if profile is None:
