@@ -38,7 +38,7 @@ from mcpnode.agent.config import (
     parse_config,
 )
 from mcpnode.cli.config_cmd import as_toml, config, summary_line
-from mcpnode.cli.main import EXIT_DATAERR, EXIT_NO_PROCESS
+from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
 from mcpnode.host import Host
 
 # tomllib is 3.11+; tomli (the same parser) is a dependency on 3.10.

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from mcpnode.audit import container
-from mcpnode.audit.container_config import (
+from mcpnode.audit.container.cdi_yaml import YamlError, YamlUnsupported, parse_yaml
+from mcpnode.audit.container.config import (
     CdiSpec,
     ConfigError,
     parse_cdi_spec,
@@ -30,15 +31,14 @@ from mcpnode.audit.container_config import (
     parse_daemon_json,
     parse_toolkit_config,
 )
-from mcpnode.audit.container_facts import Parsed
-from mcpnode.audit.container_version import (
+from mcpnode.audit.container.facts import Parsed
+from mcpnode.audit.container.version import (
     Version,
     advisories_for,
     parse_cli_versions,
     parse_named_version,
     parse_version,
 )
-from mcpnode.audit.container_yaml import YamlError, YamlUnsupported, parse_yaml
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Finding, Status

@@ -1,4 +1,4 @@
-"""Tarball roots are bounded (host_tar.py): a 1 TiB sparse member in a 200-byte .tar.gz is
+"""Tarball roots are bounded (host/tarball.py): a 1 TiB sparse member in a 200-byte .tar.gz is
 refused, not written; members beyond the per-member, total and count caps are refused; a
 3000-deep member path is a clean note; the unpack leaves nothing behind."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mcpnode import host_tar
 from mcpnode.errors import RootError
 from mcpnode.host import Host
+from mcpnode.host import tarball as host_tar
 
 
 def snap_dir(tmp: Path) -> Path:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mcpnode.cli.main import EXIT_DATAERR, EXIT_ERROR, cli, main
+from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_ERROR
+from mcpnode.cli.main import cli, main
 from mcpnode.errors import ManifestError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest

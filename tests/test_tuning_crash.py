@@ -31,9 +31,9 @@ import mcpnode.cli.render_tuning
 # Imported here so that forked children do not import them again, each time.
 import mcpnode.logs
 import mcpnode.tuning.apply  # noqa: F401
-from mcpnode import host as host_module
 from mcpnode.cli.main import main
 from mcpnode.host import FAULT_ENV
+from mcpnode.host import write as host_module
 from tests.tuningcli import run_process
 from tests.tuningroot import build, kernel_view, write_profiles
 

@@ -45,7 +45,7 @@ def _load(file: str | None, root: str) -> AgentConfig:
 def _fail(ctx: click.Context, err: Exception) -> NoReturn:
     """Report a ConfigError the way `check` promises: one line, EX_NOINPUT or EX_DATAERR."""
     from mcpnode.agent.config import ConfigUnreadable
-    from mcpnode.cli.main import EXIT_DATAERR, EXIT_NO_PROCESS
+    from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
 
     click.echo(f"mcpnode: config: {err}", err=True)
     # EXIT_NO_PROCESS is EX_NOINPUT (66): here, the input file is missing or unreadable.

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mcpnode.audit.container_toolkit import toolkit_version
+from mcpnode.audit.container.toolkit import toolkit_version
 from mcpnode.audit.model import AuditReport
 from mcpnode.audit.run import AREAS, audit_context, run_areas
 from mcpnode.errors import HostError, McpnodeError

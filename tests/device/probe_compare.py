@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mcpnode.host_tar import find_top, safe_extract
+from mcpnode.host.tarball import find_top, safe_extract
 from mcpnode.probe.model import dumps, parse_run
 from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
 

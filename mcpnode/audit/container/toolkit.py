@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mcpnode.audit.container_config import TOOLKIT_MODES
-from mcpnode.audit.container_facts import TOOLKIT_CONFIG, ContainerFacts
-from mcpnode.audit.container_version import (
+from mcpnode.audit.container.config import TOOLKIT_MODES
+from mcpnode.audit.container.facts import TOOLKIT_CONFIG, ContainerFacts
+from mcpnode.audit.container.version import (
     AUTO_IS_CDI_SINCE,
     CGROUP_V2_MINIMUM,
     CRITICAL_BELOW,
@@ -27,7 +27,7 @@ from mcpnode.audit.facts import command_evidence, file_evidence, unreadable_find
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.host import CommandResult
 
-# Host.command's answer on a recorded root that holds no such command (host.py).
+# Host.command's answer on a recorded root that holds no such command (mcpnode/host/command.py).
 NOT_RECORDED = "not recorded in this snapshot"
 
 PACKAGES = (

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from mcpnode.audit.container_config import NVIDIA_RUNTIME
-from mcpnode.audit.container_facts import (
+from mcpnode.audit.container.config import NVIDIA_RUNTIME
+from mcpnode.audit.container.facts import (
     CONTAINERD_CONFIG,
     CRIO_DROPIN_DIR,
     ContainerdFile,
@@ -20,7 +20,7 @@ from mcpnode.audit.container_facts import (
     CrioFile,
     Parsed,
 )
-from mcpnode.audit.container_toolkit import NOT_RECORDED, Tools
+from mcpnode.audit.container.toolkit import NOT_RECORDED, Tools
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status

@@ -3,8 +3,8 @@
 
 `collect` reads everything through Host (files, directory listings, symlinks, the components'
 `--version` output, live or replayed from a snapshot's `commands`); `check` is pure. The facts
-are parsed by `container_version`, `container_config` and `container_yaml`; the checks live in
-`container_toolkit`, `container_runtime` and `container_cdi`, one file per concern.
+are parsed by `version.py`, `config.py` and `cdi_yaml.py` beside this file; the checks live in
+`toolkit.py`, `runtime.py` and `cdi.py`, one file per concern.
 
 Findings (ids stable):
 
@@ -37,8 +37,8 @@ import posixpath
 from collections.abc import Callable
 from typing import TypeVar
 
-from mcpnode.audit import container_cdi, container_runtime, container_toolkit
-from mcpnode.audit.container_config import (
+from mcpnode.audit.container import cdi, runtime, toolkit
+from mcpnode.audit.container.config import (
     CdiSpec,
     ConfigError,
     parse_cdi_spec,
@@ -47,7 +47,7 @@ from mcpnode.audit.container_config import (
     parse_daemon_json,
     parse_toolkit_config,
 )
-from mcpnode.audit.container_facts import (
+from mcpnode.audit.container.facts import (
     CDI_DIRS,
     CDI_SUFFIXES,
     CLI,
@@ -230,9 +230,9 @@ def _collect_dev(host: Host) -> tuple[tuple[str, ...] | None, frozenset[str] | N
 
 def check(facts: ContainerFacts, ctx: AuditContext) -> list[Finding]:
     """Every container finding, in report order. Pure."""
-    tools = container_toolkit.Tools.of(facts)
+    tools = toolkit.Tools.of(facts)
     return [
-        *container_toolkit.check(facts, ctx, tools),
-        *container_runtime.check(facts, ctx, tools),
-        *container_cdi.check(facts, ctx, tools),
+        *toolkit.check(facts, ctx, tools),
+        *runtime.check(facts, ctx, tools),
+        *cdi.check(facts, ctx, tools),
     ]

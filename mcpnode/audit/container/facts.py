@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from mcpnode.audit.container_config import (
+from mcpnode.audit.container.config import (
     CdiSpec,
     ContainerdConfig,
     CrioConfig,

@@ -10,9 +10,9 @@ would only be a hint (a spec copied or touched after an upgrade looks new and is
 
 from __future__ import annotations
 
-from mcpnode.audit.container_config import CdiSpec
-from mcpnode.audit.container_facts import DEV_CHAR, ContainerFacts, Parsed
-from mcpnode.audit.container_toolkit import Tools, effective_mode
+from mcpnode.audit.container.config import CdiSpec
+from mcpnode.audit.container.facts import DEV_CHAR, ContainerFacts, Parsed
+from mcpnode.audit.container.toolkit import Tools, effective_mode
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import clip, file_evidence, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status

@@ -1,21 +1,27 @@
-"""Unpacking a snapshot or sysfs-dump tarball for Host, without letting it escape.
+"""Tarball roots: a snapshot or sysfs dump as `.tar.gz`/`.tar.bz2`, unpacked once into a
+private temporary directory without letting any member escape it.
 
-Part of the Host boundary (it writes only into Host's private temporary directory). Kept apart
-from host.py so that reading the live machine does not import tarfile and the compressors.
+Part of the Host boundary (it writes only into Host's private temporary directory), imported
+only for tarball roots, so reading the live machine does not import tarfile and the
+compressors. A copy left by a killed process (`mcpnode-root-PID-*`, PID no longer running) is
+removed by the next Host opened on a tarball.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tarfile
+import tempfile
 import zlib
 from pathlib import Path
 from typing import IO
 
 from mcpnode.errors import RootError
+from mcpnode.host.trust import _pid_running
 
 # Markers of a usable root: what a snapshot or a sysfs dump holds at its top.
 _ROOT_MARKERS = ("sys", "proc", "mcpnode-snapshot.json")
@@ -26,7 +32,7 @@ _READ_CHUNK = 65536
 # 1 TiB sparse member, or millions of empty entries, is not.
 MAX_MEMBERS = 500_000
 MAX_TOTAL_BYTES = 2 << 30
-# No file mcpnode reads is larger than its biggest read cap (procfs tables, host.py).
+# No file mcpnode reads is larger than its biggest read cap (procfs tables, host/read.py).
 MAX_MEMBER_BYTES = 64 << 20
 # PATH_MAX is 4096 bytes; the deepest sysfs paths of real dumps are ~25 components.
 MAX_NAME_BYTES = 4096
@@ -248,3 +254,37 @@ def _is_real_dir(path: str) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+# Our unpacked copies in the temporary directory: `mcpnode-root-PID-*`.
+_UNPACK_PREFIX = "mcpnode-root-"
+_UNPACK_NAME = re.compile(r"mcpnode-root-(?P<pid>[0-9]{1,10})-")
+
+
+def _remove_stale_unpacks() -> None:
+    """Remove tarball copies (`mcpnode-root-PID-*` in the temporary directory) whose process no
+    longer runs: a SIGKILL skips the finalizer that would have removed them."""
+    base = tempfile.gettempdir()
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return
+    for entry in entries:
+        m = _UNPACK_NAME.match(entry)
+        if m is None or _pid_running(int(m.group("pid"))):
+            continue
+        path = os.path.join(base, entry)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        # Only our own: a directory (not a link to one) owned by this uid.
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def make_unpack_dir() -> str:
+    """A new private directory for one tarball's copy, named for this process; copies whose
+    process is gone are removed first."""
+    _remove_stale_unpacks()
+    return tempfile.mkdtemp(prefix=f"{_UNPACK_PREFIX}{os.getpid()}-")

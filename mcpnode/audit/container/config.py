@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mcpnode.audit.container_yaml import YamlError, YamlUnsupported, parse_yaml
+from mcpnode.audit.container.cdi_yaml import YamlError, YamlUnsupported, parse_yaml
 from mcpnode.tuning import tomlsafe
 
 NVIDIA_RUNTIME = "nvidia"

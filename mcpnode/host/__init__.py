@@ -1,0 +1,58 @@
+"""Host: the only code in mcpnode that touches the machine.
+
+Everything above names *logical* absolute paths (`/sys/devices/system/node`) and one `Host`
+object maps them under its root: `/` for the live machine, a directory holding a snapshot or a
+sysfs dump, or a tarball of one. Host is one class built from one file per concern, each
+layer adding to the one before it:
+
+    root.py      the root (directory or tarball), logical -> filesystem paths, symlinks
+                 resolved inside the root, the one-pass cache, recording for snapshots
+    read.py      bounded reads of regular files, listings, the trusted read
+    write.py     in-place writes of existing files, atomic file replacement, removal, the lock
+    record.py    what a snapshot recorded beyond files (command answers, effective uid)
+    command.py   version/status commands and modprobe (live, or replayed)
+    process.py   placement of live processes: affinity, memory policy, NUMA-placed memory,
+                 exec
+and beside them:
+    tarball.py   unpacking a tarball root safely (imported only for one)
+    trust.py     who controls a file: root (or this euid) alone, sticky directories excepted
+    translate.py OSError -> mcpnode's typed errors, in one place
+    types.py     the values Host hands out
+
+The read path imports no more than it uses: subprocess, shutil, ctypes, platform, tempfile and
+tarfile are imported inside the calls that need them.
+"""
+
+from __future__ import annotations
+
+from mcpnode.host.process import MPOL_MODES, HostProcesses, MempolicyMode
+from mcpnode.host.read import (
+    FILE_READ_LIMIT,
+    PROCFS_READ_LIMIT,
+    SYSFS_READ_LIMIT,
+    read_limit,
+)
+from mcpnode.host.types import CommandResult, Entry, FileStat, NodeMemory, Recording
+from mcpnode.host.write import FAULT_ENV, STOP_ENV
+
+__all__ = [
+    "FAULT_ENV",
+    "FILE_READ_LIMIT",
+    "MPOL_MODES",
+    "PROCFS_READ_LIMIT",
+    "STOP_ENV",
+    "SYSFS_READ_LIMIT",
+    "CommandResult",
+    "Entry",
+    "FileStat",
+    "Host",
+    "MempolicyMode",
+    "NodeMemory",
+    "Recording",
+    "read_limit",
+]
+
+
+class Host(HostProcesses):
+    """A machine, live (`root="/"`) or recorded (a directory or tarball): the one object passed
+    to everything that reads or changes the machine. See the module docstring for its parts."""

@@ -1,0 +1,224 @@
+"""A Host's root and the resolution of logical paths inside it.
+
+Everything above Host names *logical* absolute paths (`/sys/devices/system/node`) and a Host
+maps them under its root: `/` for the live machine, a directory holding a snapshot or a sysfs
+dump, or a `.tar.gz`/`.tar.bz2` of one (tarball.py).
+
+Symlinks under a non-`/` root are resolved here, one component at a time, with the root acting
+as `/` (an absolute link target or a `..` past the top stays inside the root, as under chroot).
+The resolver counts hops instead of recursing, so the symlink cycles found in real dumps
+(`device`, `driver`, `subsystem` pointing back up the tree) end in `SymlinkLoop`, never in a
+hang. Within a `oneshot()` block resolutions are cached for one discovery pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errno_mod
+import os
+import stat
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from mcpnode.errors import RootError, SymlinkLoop
+from mcpnode.host.translate import _translate
+from mcpnode.host.types import Recording
+
+# Linux's own limit on symlinks followed in one lookup (fs/namei.c MAXSYMLINKS = 40).
+_MAX_SYMLINK_HOPS = 40
+
+_H = TypeVar("_H", bound="HostRoot")
+
+
+def _split(logical: str) -> list[str]:
+    return [p for p in logical.split("/") if p not in ("", ".")]
+
+
+class HostRoot:
+    """The root and path resolution; the rest of Host builds on it (host/__init__.py).
+
+    Not thread-safe while a `oneshot()` block is open (the resolution cache is shared).
+    """
+
+    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+        given = os.fspath(root)
+        self.unpack_notes: list[tuple[str, str]] = []  # (tar member, why it was skipped)
+        self._tmpdir: str | None = None
+        self._finalizer: Callable[[], object] | None = None
+        self._cache: dict[str, str] | None = None
+        self._oneshot_depth = 0
+        self._recording: Recording | None = None
+        self._commands: dict[str, dict[str, object]] | None = None
+        try:
+            st: os.stat_result | None = os.stat(given)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            self.root = self._unpack(given)
+        elif st is not None and stat.S_ISDIR(st.st_mode):
+            self.root = os.path.realpath(given)
+        elif st is not None or os.path.lexists(given):
+            raise RootError(f"{given}: not a directory, .tar.gz or .tar.bz2")
+        else:
+            raise RootError(f"{given}: no such file or directory")
+        self.source = given
+        self.is_live = self.root == "/"
+        # Prefix joined to a logical path to get the filesystem path.
+        self._prefix = "" if self.is_live else self.root
+
+    def _unpack(self, given: str) -> str:
+        """Unpack a tarball root into a private directory; its top folder (tarball.py)."""
+        import shutil
+        import weakref
+        from pathlib import Path
+
+        from mcpnode.host import tarball  # tarfile and the compressors, only for tarball roots
+
+        if not tarball.is_tarball(Path(given)):
+            raise RootError(f"{given}: not a directory, .tar.gz or .tar.bz2")
+        tmpdir = self._tmpdir = tarball.make_unpack_dir()
+        # Remove the unpacked copy when this Host is collected or the process exits.
+        self._finalizer = weakref.finalize(self, shutil.rmtree, tmpdir, True)
+        try:
+            self.unpack_notes = tarball.safe_extract(Path(given), Path(tmpdir))
+            top = tarball.find_top(Path(tmpdir))
+        except BaseException:
+            # No Host will own the copy: remove it now, not whenever the traceback is freed.
+            self._finalizer()
+            raise
+        return str(top)
+
+    @property
+    def _native(self) -> bool:
+        """Let the kernel resolve paths: only for the live root, and not while recording (the
+        in-root resolver is what sees each symlink hop a snapshot must keep)."""
+        return self.is_live and self._recording is None
+
+    def close(self) -> None:
+        """Remove a tarball's unpacked copy now rather than at exit."""
+        if self._tmpdir is not None and self._finalizer is not None:
+            self._finalizer()
+            self._tmpdir = None
+
+    def __enter__(self: _H) -> _H:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Host({self.source!r})"
+
+    @contextlib.contextmanager
+    def oneshot(self) -> Iterator[None]:
+        """Cache symlink resolution for the duration of one discovery pass.
+
+        Outside this block nothing is cached, so a long-running agent sees devices come and go.
+        """
+        if self._oneshot_depth == 0:
+            self._cache = {}
+        self._oneshot_depth += 1
+        try:
+            yield
+        finally:
+            self._oneshot_depth -= 1
+            if self._oneshot_depth == 0:
+                self._cache = None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Recording]:
+        """Record every file read, symlink crossed and directory listed inside the block."""
+        rec = Recording(files={}, links={}, dirs=set())
+        previous, self._recording = self._recording, rec
+        try:
+            yield rec
+        finally:
+            self._recording = previous
+
+    def fs_path(self, logical: str) -> str:
+        """The filesystem path of a logical path, *without* resolving symlinks."""
+        return self._prefix + "/" + "/".join(_split(logical))
+
+    def realpath(self, logical: str) -> str:
+        """Resolve every symlink in `logical` inside the root; return the logical real path.
+
+        Raises PathNotFound when a component is missing and SymlinkLoop after 40 hops.
+        """
+        if self._native:
+            try:
+                real = os.path.realpath("/" + "/".join(_split(logical)), strict=True)
+            except OSError as err:
+                raise _translate(err, logical) from err
+            return real
+        return self._resolve(logical, follow_last=True)
+
+    def _resolve(self, logical: str, *, follow_last: bool, hops: list[int] | None = None) -> str:
+        """Walk `logical` component by component under the root; return the real logical path.
+
+        A symlink's target is resolved relative to the *real* directory holding it (or from the
+        root when absolute); `..` never climbs above the root. Hops are counted across nested
+        targets, so a cycle raises SymlinkLoop after 40 links instead of recursing forever.
+        """
+        if hops is None:
+            hops = [0]
+        cache = self._cache
+        parts = _split(logical)
+        if cache is not None and follow_last:
+            hit = cache.get("/" + "/".join(parts))
+            if hit is not None:
+                return hit
+        resolved = "/"
+        last = len(parts) - 1
+        for i, comp in enumerate(parts):
+            if comp == "..":
+                resolved = resolved.rsplit("/", 1)[0] or "/"
+                continue
+            candidate = (resolved if resolved != "/" else "") + "/" + comp
+            if i == last and not follow_last:
+                return candidate
+            if cache is not None:
+                hit = cache.get(candidate)
+                if hit is not None:
+                    resolved = hit
+                    continue
+            fs = self._prefix + candidate
+            try:
+                st = os.lstat(fs)
+                link = os.readlink(fs) if stat.S_ISLNK(st.st_mode) else None
+            except OSError as err:
+                raise _translate(err, logical) from err
+            if link is None:
+                real = candidate
+            else:
+                hops[0] += 1
+                if hops[0] > _MAX_SYMLINK_HOPS:
+                    raise SymlinkLoop(logical, errno_mod.ELOOP, "too many levels of symbolic links")
+                if self._recording is not None:
+                    self._recording.links[candidate] = link
+                base = "" if link.startswith("/") else (resolved if resolved != "/" else "")
+                real = self._resolve(base + "/" + link, follow_last=True, hops=hops)
+            if cache is not None:
+                cache[candidate] = real
+            resolved = real
+        return resolved
+
+    def _real_fs(self, logical: str) -> str:
+        """Filesystem path of `logical` with every symlink but the last resolved in-root."""
+        if self._native:
+            return "/" + "/".join(_split(logical))
+        cache = self._cache
+        if cache is not None:
+            # Hot path of a discovery pass: the directory was listed (and cached) just before
+            # its attributes are read, so one dict lookup replaces the component walk.
+            parent_key, _, name = logical.rpartition("/")
+            hit = cache.get(parent_key)
+            if hit is not None and name not in ("", ".", ".."):
+                return self._prefix + (hit if hit != "/" else "") + "/" + name
+        parts = _split(logical)
+        if not parts:
+            return self._prefix or "/"
+        parent = self._resolve("/" + "/".join(parts[:-1]), follow_last=True) if parts[:-1] else "/"
+        name = parts[-1]
+        if name == "..":
+            return self._prefix + self._resolve(parent + "/..", follow_last=True)
+        return self._prefix + (parent.rstrip("/") + "/" + name)

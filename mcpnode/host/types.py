@@ -1,0 +1,80 @@
+"""The values Host hands out: directory entries, file identities, command answers, what a
+recording saw, NUMA-placed memory. Data only: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+@dataclass
+class Recording:
+    """What a Host was asked for while recording: exactly what a snapshot must hold.
+
+    Paths are logical real paths (symlinks resolved inside the root). `files` keeps the bytes
+    as they were read, so a snapshot holds the same content the topology was computed from.
+    """
+
+    files: dict[str, bytes]
+    links: dict[str, str]  # symlink path -> target as stored
+    dirs: set[str]
+    commands: dict[str, dict[str, object]] = field(default_factory=dict)  # argv joined by " "
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A version command's answer. `found` is False when the program is not installed (or, on a
+    recorded root, when the snapshot holds no answer: `reason` says which)."""
+
+    argv: tuple[str, ...]
+    found: bool
+    returncode: int | None
+    stdout: str
+    stderr: str
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "found": self.found,
+            "returncode": self.returncode,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "reason": self.reason,
+        }
+
+
+class FileStat(NamedTuple):
+    """What lstat(2) says of one path, for state kept across runs (the persisted file's mode and
+    owner to restore; whether the journal changed since it was last read)."""
+
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    mtime_ns: int
+    ino: int
+    dev: int
+
+
+class Entry(NamedTuple):
+    """One directory entry as listed, without following symlinks. A NamedTuple rather than a
+    dataclass: discovery lists thousands of these (SR-IOV hosts), and tuples sort by name."""
+
+    name: str
+    is_dir: bool  # a real directory (never a symlink to one)
+    is_symlink: bool
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """Memory from Host.node_memory: `pages_on_node` of `pages` pages are on `node`."""
+
+    address: int
+    length: int
+    node: int
+    pages: int
+    pages_on_node: int
+
+
+def _opt_int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
