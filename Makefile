@@ -15,6 +15,9 @@ $(PY):
 
 # Editable installs in "compat" mode add a plain path to a .pth file; the default mode installs
 # an import-hook finder that costs ~20 ms at every start of `mcpnode`.
+# Bytecode is compiled once after the install: where PYTHONDONTWRITEBYTECODE is set (CI images,
+# this project's build machines) an editable install would otherwise compile every module from
+# source at every start of `mcpnode` (a third of `mcpnode topo`'s time).
 $(STAMP_RUN): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e . --config-settings editable_mode=compat
 	touch $@
@@ -23,19 +26,23 @@ $(STAMP_DEV): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@ $(STAMP_RUN)
 
+# Up to date in ~50 ms when nothing changed (compileall compares mtimes).
+bytecode:
+	@$(PY) -m compileall -q mcpnode
+
 ## make run: set up .venv, audit this host, then show its topology (both read-only).
 ## The audit's exit 1 (something FAILed) is its result, not a failure of `make run`: topo still
 ## runs and make succeeds. Exit 2 (the audit could not run) makes `make run` fail, after topo.
 ## AUDIT_ARGS go to the audit (--format json, --only 'gpu.*'), RUN_ARGS to topo (--tree).
 AUDIT_ARGS ?=
-run: $(STAMP_RUN)
+run: $(STAMP_RUN) bytecode
 	@$(VENV)/bin/mcpnode audit $(AUDIT_ARGS); rc=$$?; \
 	echo; $(VENV)/bin/mcpnode topo $(RUN_ARGS) || exit $$?; \
 	if [ $$rc -ge 2 ]; then echo "make run: mcpnode audit could not run (exit $$rc)" >&2; exit $$rc; fi; \
 	if [ $$rc -eq 1 ]; then echo "make run: the audit found failures (exit 1): see its Remedies above"; fi
 
 ## make test: set up .venv with dev extras, then ruff, mypy and the whole pytest suite.
-test: $(STAMP_DEV) lint typecheck pytest
+test: $(STAMP_DEV) bytecode lint typecheck pytest
 
 lint: $(STAMP_DEV)
 	$(VENV)/bin/ruff check mcpnode tests bench
@@ -48,7 +55,7 @@ pytest: $(STAMP_DEV)
 	$(VENV)/bin/pytest -q
 
 ## make bench: discovery benchmarks against hwloc's lstopo (installs Debian's hwloc if absent).
-bench: $(STAMP_DEV)
+bench: $(STAMP_DEV) bytecode
 	@command -v lstopo-no-graphics >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hwloc >/dev/null; \

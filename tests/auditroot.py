@@ -16,7 +16,6 @@ import json
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from mcpnode.audit.model import AuditReport
 from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
+from mcpnode.topology.model import replace
 from tests import fixturegen, nvmlgen
 
 HERE = Path(__file__).resolve().parent

@@ -6,7 +6,6 @@ reported once, restarts adopting what is already placed, and every per-process f
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -50,7 +49,7 @@ from mcpnode.host import Host
 from mcpnode.placement.apply import PF_KTHREAD, live_online_cpus
 from mcpnode.placement.plan import Placement, plan_placement
 from mcpnode.topology.discover import discover, discover_host
-from mcpnode.topology.model import CpuSet, Topology
+from mcpnode.topology.model import CpuSet, Topology, replace
 from mcpnode.topology.nvml import RecordedNvml
 from mcpnode.topology.parse import ParseError
 from tests import placeroot
@@ -315,14 +314,14 @@ def listing(root: Path, answer: object) -> RecordedNvml:
 
 def test_target_for_two_gpus(placement: Placement) -> None:
     gpu0 = placement.gpus[0]
-    gpu1 = dataclasses.replace(
+    gpu1 = replace(
         gpu0,
         index=1,
         uuid="GPU-00000000-0000-0000-0000-000000000001",
         slice_cpus=CpuSet({0}),
         env=(("CUDA_VISIBLE_DEVICES", "GPU-00000000-0000-0000-0000-000000000001"),),
     )
-    two = dataclasses.replace(placement, gpus=(gpu0, gpu1))
+    two = replace(placement, gpus=(gpu0, gpu1))
     t = target_for(two, (0, 1), "slice", CpuSet({0, 1}))
     assert [g.index for g in t.gpus] == [0, 1]
     assert t.cpus == CpuSet({0, 1}) and t.memory_nodes == CpuSet({0})
@@ -710,18 +709,14 @@ def test_placement_this_machine_cannot_take(
     worker = spawn(children, WORKER)
     before = affinities(worker.pid)
     gpu = placement.gpus[0]
-    elsewhere = dataclasses.replace(
-        placement, gpus=(dataclasses.replace(gpu, slice_cpus=CpuSet({4095})),)
-    )
+    elsewhere = replace(placement, gpus=(replace(gpu, slice_cpus=CpuSet({4095})),))
     # A topology read from a machine that has CPU 4095 online.
-    big = dataclasses.replace(
-        topo, cpus=dataclasses.replace(topo.cpus, online=topo.cpus.online | {4095})
-    )
+    big = replace(topo, cpus=replace(topo.cpus, online=topo.cpus.online | {4095}))
     pinner = AutoPinner(Host("/"), RULES, "slice", CapturingLogger())
     result = pinner.scan(big, elsewhere, listing(root, [worker.pid]))
     assert result.skipped == (Skipped(worker.pid, "placement unavailable"),)
     assert result.problems[0].startswith("GPU 0: CPUs 4095 are not online on this machine")
-    no_slice = dataclasses.replace(placement, gpus=(dataclasses.replace(gpu, slice_cpus=CpuSet()),))
+    no_slice = replace(placement, gpus=(replace(gpu, slice_cpus=CpuSet()),))
     result = pinner.scan(topo, no_slice, listing(root, [worker.pid]))
     assert result.skipped == (Skipped(worker.pid, "no target"),)
     assert result.problems == (

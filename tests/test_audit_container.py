@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from mcpnode.audit.model import Finding, Status
 from mcpnode.cli.render_audit import finding_json
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import Topology
+from mcpnode.topology.model import Topology, replace
 from tests import minihost
 
 CASES_DIR = Path(__file__).resolve().parent / "fixtures" / "audit" / "container"

@@ -4,7 +4,6 @@ and the committed GPU fixtures. Each fault FAILs (or WARNs) on the broken GPU on
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from mcpnode.audit import gpu
 from mcpnode.audit.model import AuditReport, Status
 from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
+from mcpnode.topology.model import replace
 from tests import auditroot
 
 SICK = "0000:3a:00.0"  # GPU 2 of the HGX, broken in each audit recording

@@ -4,7 +4,6 @@ the ACS hint for a GPU and an RDMA NIC under one PCIe switch."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
 from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
+from mcpnode.topology.model import replace
 from tests import auditroot
 
 

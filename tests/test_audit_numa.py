@@ -3,12 +3,12 @@ and the single-socket / no-GPU / absent-file cases that are not faults."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from mcpnode.audit import numa
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
+from mcpnode.topology.model import replace
 from tests import auditroot
 
 

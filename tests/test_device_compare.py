@@ -4,7 +4,6 @@ nvidia-smi over a tree with recorded NVML answers."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from mcpnode.cli.main import cli
-from mcpnode.topology.model import CpuSet
+from mcpnode.topology.model import CpuSet, replace
 from tests.device.compare import (
     GpuFacts,
     GpuReport,
@@ -158,9 +157,9 @@ def test_with_nvlinks_matches_by_uuid_then_index() -> None:
     status = parse_nvlink_status(NVLINK_S)
     report = with_nvlinks(sample(), status)
     assert [g.nvlink_active for g in report.gpus] == [3, 2]
-    swapped = tuple(dataclasses.replace(s, index=1 - s.index) for s in status[:2])
+    swapped = tuple(replace(s, index=1 - s.index) for s in status[:2])
     assert [g.nvlink_active for g in with_nvlinks(sample(), swapped).gpus] == [3, 2]
-    no_uuid = tuple(dataclasses.replace(s, uuid=None) for s in status[:1])
+    no_uuid = tuple(replace(s, uuid=None) for s in status[:1])
     assert [g.nvlink_active for g in with_nvlinks(sample(), no_uuid).gpus] == [3, None]
 
 
@@ -221,12 +220,12 @@ def test_matching_reports_have_no_differences() -> None:
 def test_each_difference_is_printed() -> None:
     smi = with_nvlinks(sample(), parse_nvlink_status(NVLINK_S))
     g0, g1 = smi.gpus
-    changed = dataclasses.replace(
+    changed = replace(
         smi,
         driver_version="550.90.07",
         gpus=(
-            dataclasses.replace(g0, ecc_pending=False, nvlink_active=2, uuid=None),
-            dataclasses.replace(g1, pcie_gen_current=5, index=3),
+            replace(g0, ecc_pending=False, nvlink_active=2, uuid=None),
+            replace(g1, pcie_gen_current=5, index=3),
         ),
     )
     mcp, sources = parse_mcpnode_gpus(mcpnode_doc(changed))
@@ -244,7 +243,7 @@ def test_each_difference_is_printed() -> None:
 
 def test_missing_gpus_and_unavailable_nvml() -> None:
     smi = sample()
-    doc = mcpnode_doc(dataclasses.replace(smi, gpus=smi.gpus[:1]), source="sysfs")
+    doc = mcpnode_doc(replace(smi, gpus=smi.gpus[:1]), source="sysfs")
     doc["nvml"] = {"available": False, "reason": "LibraryNotFound: no driver"}
     mcp, sources = parse_mcpnode_gpus(doc)
     lines = [str(d) for d in compare_gpus(smi, mcp, sources).diffs]
@@ -269,9 +268,9 @@ def test_missing_gpus_and_unavailable_nvml() -> None:
 )
 def test_no_nvlink_answer(nvlink_s: str, mcp_active: int, mcp_total: int, diff: str | None) -> None:
     smi = with_nvlinks(sample(), parse_nvlink_status(nvlink_s))
-    smi = dataclasses.replace(smi, gpus=smi.gpus[:1])
-    mcp_gpu = dataclasses.replace(smi.gpus[0], nvlink_active=mcp_active, nvlink_total=mcp_total)
-    mcp, sources = parse_mcpnode_gpus(mcpnode_doc(dataclasses.replace(smi, gpus=(mcp_gpu,))))
+    smi = replace(smi, gpus=smi.gpus[:1])
+    mcp_gpu = replace(smi.gpus[0], nvlink_active=mcp_active, nvlink_total=mcp_total)
+    mcp, sources = parse_mcpnode_gpus(mcpnode_doc(replace(smi, gpus=(mcp_gpu,))))
     result = compare_gpus(smi, mcp, sources)
     assert result.compared == 2 + 15
     if diff is None:
@@ -292,9 +291,7 @@ def test_no_nvlink_answer(nvlink_s: str, mcp_active: int, mcp_total: int, diff: 
 
 def test_pcie_from_sysfs_is_said() -> None:
     smi = sample()
-    mcp_report = dataclasses.replace(
-        smi, gpus=(dataclasses.replace(smi.gpus[0], pcie_gen_max=4), smi.gpus[1])
-    )
+    mcp_report = replace(smi, gpus=(replace(smi.gpus[0], pcie_gen_max=4), smi.gpus[1]))
     mcp, sources = parse_mcpnode_gpus(mcpnode_doc(mcp_report, source="sysfs"))
     (diff,) = compare_gpus(smi, mcp, sources).diffs
     assert diff.what == "pcie_gen_max" and "from sysfs" in diff.note
@@ -353,7 +350,7 @@ def test_cells_are_matched_by_nic_name_not_position() -> None:
     m = parse_topo_matrix(hgx())
     # mcpnode names its NIC columns in another order: same cells under other labels
     swap = {"NIC0": "NIC1", "NIC1": "NIC0"}
-    relabel = dataclasses.replace(
+    relabel = replace(
         m,
         cells={(swap.get(r, r), swap.get(c, c)): v for (r, c), v in m.cells.items()},
         nic_legend={swap.get(k, k): v for k, v in m.nic_legend.items()},
@@ -365,11 +362,11 @@ def test_cell_and_device_differences() -> None:
     m = parse_topo_matrix(hgx())
     cells = dict(m.cells)
     cells["GPU0", "GPU1"] = "NODE"
-    changed = dataclasses.replace(m, cells=cells)
+    changed = replace(m, cells=cells)
     lines = [str(d) for d in compare_topo(m, changed, None).diffs]
     legend = m.nic_legend
     assert lines == [f"DIFF GPU0 x GPU1 cell: nvidia-smi {m.cells['GPU0', 'GPU1']} | mcpnode NODE"]
-    fewer = dataclasses.replace(m, columns=m.columns[:-1])
+    fewer = replace(m, columns=m.columns[:-1])
     lines = [str(d) for d in compare_topo(m, fewer, None).diffs]
     assert lines == [f"DIFF {legend['NIC7']} device: nvidia-smi listed | mcpnode absent"]
 
@@ -377,7 +374,7 @@ def test_cell_and_device_differences() -> None:
 def test_clipped_cpu_affinity_is_a_note() -> None:
     smi = parse_topo_matrix((NVSMI / "h200-8gpu-10nic-slurm-cgroup.txt").read_text())
     full = {f"GPU{i}": ("0-55" if i < 4 else "56-111") for i in range(8)}
-    mcp = dataclasses.replace(smi, cpu_affinity={**smi.cpu_affinity, **full})
+    mcp = replace(smi, cpu_affinity={**smi.cpu_affinity, **full})
     result = compare_topo(smi, mcp, CpuSet({56}))
     assert result.diffs == ()
     assert len(result.notes) == 8
@@ -387,14 +384,14 @@ def test_clipped_cpu_affinity_is_a_note() -> None:
     assert len(result.diffs) == 8
     assert "clips CPU affinity" in result.diffs[0].note
     # a real disagreement is not hidden by the cpuset
-    wrong = dataclasses.replace(mcp, cpu_affinity={**mcp.cpu_affinity, "GPU4": "0-55"})
+    wrong = replace(mcp, cpu_affinity={**mcp.cpu_affinity, "GPU4": "0-55"})
     (diff,) = compare_topo(smi, wrong, CpuSet({56})).diffs
     assert (diff.where, diff.nvidia_smi, diff.mcpnode) == ("GPU4", "56", "0-55")
 
 
 def test_numa_affinity_and_gpu_numa_id() -> None:
     m = parse_topo_matrix(hgx())
-    changed = dataclasses.replace(
+    changed = replace(
         m,
         numa_affinity={**m.numa_affinity, "GPU3": "1"},
         gpu_numa_id={**m.gpu_numa_id, "GPU5": "9"},

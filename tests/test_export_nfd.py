@@ -3,7 +3,6 @@ NUMA layout label, NFD's 64 kB limit, and the labels on the recorded hosts."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -18,6 +17,7 @@ from mcpnode.placement.exporters.nfd import (
     sanitize_value,
     validate_label,
 )
+from mcpnode.topology.model import replace
 from tests.exportcase import AUDIT, FIXTURES, placement, topology
 
 # The Kubernetes rules restated independently of nfd.py's regexes (apimachinery
@@ -197,7 +197,7 @@ def test_nvlink_labels() -> None:
 
 def test_unknown_compliance_is_labelled_unknown() -> None:
     """Three-valued: a missing label would pass a `NotIn [false]` selector as compliant."""
-    audit = dataclasses.replace(AUDIT, tuning_compliant=None, drift_keys=())
+    audit = replace(AUDIT, tuning_compliant=None, drift_keys=())
     got = dict(nfd.labels(topology("hgx-h100-8gpu-8nic"), placement("hgx-h100-8gpu-8nic"), audit))
     assert got["mcpnode.io/tuning-compliant"] == "unknown"
 

@@ -3,7 +3,6 @@ NVML index, File= by minor number."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -11,7 +10,7 @@ import pytest
 
 from mcpnode.placement.exporters import slurm
 from mcpnode.placement.exporters.slurm import cores_for, slurm_core_indices
-from mcpnode.topology.model import Cpu, CpuSet, CpuTopology
+from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, replace
 from tests.exportcase import FIXTURES, placement, topology
 
 
@@ -120,8 +119,8 @@ def test_gpu_without_minor_gets_a_comment_not_a_line() -> None:
     topo = topology("h100-nvl-pair")
     g0 = topo.gpus[0]
     assert g0.nvml is not None
-    gpus = (dataclasses.replace(g0, nvml=dataclasses.replace(g0.nvml, minor=None)), topo.gpus[1])
-    text = slurm.render(dataclasses.replace(topo, gpus=gpus), placement("h100-nvl-pair"), None)
+    gpus = (replace(g0, nvml=replace(g0.nvml, minor=None)), topo.gpus[1])
+    text = slurm.render(replace(topo, gpus=gpus), placement("h100-nvl-pair"), None)
     assert "# GPU0 0001:00:00.0: minor number unknown" in text
     assert [ln for ln in text.splitlines() if ln.startswith("Name=")] == [
         "Name=gpu Type=h100 File=/dev/nvidia1 Cores=40-79 Links=12,-1"

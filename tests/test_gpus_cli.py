@@ -5,7 +5,6 @@ NvmlGpu facts built in process."""
 from __future__ import annotations
 
 import ctypes.util
-import dataclasses
 import json
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from mcpnode.cli import render_gpus
 from mcpnode.cli.main import cli
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
-from mcpnode.topology.model import NvLink, NvmlGpu, NvmlState, PciAddress, Topology
+from mcpnode.topology.model import NvLink, NvmlGpu, NvmlState, PciAddress, Topology, replace
 from tests.minihost import build
 
 NOT_A_SNAPSHOT = "NVML unavailable: NotRecorded: not a mcpnode snapshot (no mcpnode-snapshot.json)"
@@ -388,7 +387,7 @@ def with_facts(tmp_path: Path, gpu_facts: NvmlGpu) -> Topology:
         topo = discover(host)
     (gpu,) = topo.gpus
     state = NvmlState(True, None, "560.35.03", "12.6", None, (gpu_facts,))
-    return dataclasses.replace(topo, gpus=(dataclasses.replace(gpu, nvml=gpu_facts),), nvml=state)
+    return replace(topo, gpus=(replace(gpu, nvml=gpu_facts),), nvml=state)
 
 
 def test_rendered_cells_from_facts(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ from mcpnode.topology.model import (
     PciAddress,
     PciDevice,
     PciLink,
+    fields,
+    replace,
 )
 from mcpnode.topology.nvml import (
     NVML_CODES,
@@ -453,7 +454,7 @@ def _gpu(numa: int | None, source: NumaSource) -> tuple[Gpu, PciDevice]:
 
 
 def _facts(mem: set[int] | None, cpus: set[int] | None) -> NvmlGpu:
-    values: dict[str, Any] = {f.name: None for f in fields(NvmlGpu)}
+    values: dict[str, Any] = {name: None for name in fields(NvmlGpu)}
     values.update(
         index=0,
         address=ADDR,
@@ -538,7 +539,7 @@ def test_merge_nvml_unavailable_keeps_sysfs() -> None:
 def test_merge_nvml_memory_node_with_cpus_is_a_problem() -> None:
     gpu, dev = _gpu(0, "own")
     facts = _facts({0}, None)
-    values = {f.name: getattr(facts, f.name) for f in fields(NvmlGpu)}
+    values = {name: getattr(facts, name) for name in fields(NvmlGpu)}
     values["memory_numa_node"] = 1  # a node with CPUs: not GPU memory
     state = NvmlState(True, None, None, None, None, (NvmlGpu(**values),))
     problems = Problems()

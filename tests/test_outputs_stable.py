@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"
 SHARED = HERE.parent.parent / "shared" / "hosts"
 GOLDEN = HERE / "fixtures" / "outputs.sha256.json"
-FIXTURES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir())
+FIXTURES = sorted(p.name for p in HOSTS.iterdir() if (p / "sys").is_dir())
 DUMPS = sorted(p.name.removesuffix(".tar.bz2") for p in SHARED.glob("*.tar.bz2"))
 VIEWS: dict[str, tuple[str, ...]] = {
     "topo": ("topo",),

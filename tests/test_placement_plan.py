@@ -4,7 +4,6 @@ cases (unknown NUMA node, tiny nodes, housekeeping lists, CPU-less nodes)."""
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cache
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from mcpnode.placement.plan import (
 )
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.distance import RANK
-from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, Topology
+from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, Topology, replace
 from tests.nvsmi import parse_topo_matrix
 
 HERE = Path(__file__).resolve().parent
@@ -193,11 +192,9 @@ def test_nic_tie_broken_by_link_speed() -> None:
     for nic in topo.nics:
         if "mlx5_0" in nic.rdma_devices:
             slow = nic
-    slowed = dataclasses.replace(
-        slow, link=dataclasses.replace(slow.link, current_speed_gts=2.5, current_width=1)
-    )
+    slowed = replace(slow, link=replace(slow.link, current_speed_gts=2.5, current_width=1))
     nics = tuple(slowed if n is slow else n for n in topo.nics)
-    p = plan_placement(dataclasses.replace(topo, nics=nics))
+    p = plan_placement(replace(topo, nics=nics))
     assert [c.rdma for c in by_index(p, 0).nics] == ["mlx5_1", "mlx5_0"]
 
 
@@ -240,9 +237,7 @@ def test_env_uses_uuid(name: str) -> None:
 
 def test_env_without_nvml_uses_index() -> None:
     topo = topology("hgx-h100-8gpu-8nic")
-    bare = dataclasses.replace(
-        topo, gpus=tuple(dataclasses.replace(g, nvml=None) for g in topo.gpus)
-    )
+    bare = replace(topo, gpus=tuple(replace(g, nvml=None) for g in topo.gpus))
     p = plan_placement(bare)
     assert [dict(g.env)["CUDA_VISIBLE_DEVICES"] for g in p.gpus] == [str(i) for i in range(8)]
     assert all(g.uuid is None and g.nvlink_peers == () for g in p.gpus)
@@ -250,8 +245,8 @@ def test_env_without_nvml_uses_index() -> None:
 
 def test_plain_ethernet_offered_only_without_rdma() -> None:
     topo = topology("single-gpu-kvm-vm-h100-pcie")
-    plain = tuple(dataclasses.replace(n, rdma_devices=()) for n in topo.nics)
-    (g,) = plan_placement(dataclasses.replace(topo, nics=plain)).gpus
+    plain = tuple(replace(n, rdma_devices=()) for n in topo.nics)
+    (g,) = plan_placement(replace(topo, nics=plain)).gpus
     assert g.nics and all(c.rdma is None for c in g.nics)
     env = dict(g.env)
     assert "NCCL_IB_HCA" not in env
@@ -273,8 +268,8 @@ def test_nvlink_peers() -> None:
 def test_unknown_numa_gets_no_slice() -> None:
     topo = topology("single-gpu-kvm-vm-h100-pcie")
     (gpu,) = topo.gpus
-    lost = dataclasses.replace(gpu, numa_node=None, numa_source="unknown", local_cpus=None)
-    (g,), problems = _plan_gpus(dataclasses.replace(topo, gpus=(lost,)))
+    lost = replace(gpu, numa_node=None, numa_source="unknown", local_cpus=None)
+    (g,), problems = _plan_gpus(replace(topo, gpus=(lost,)))
     assert g.slice_cpus == CpuSet() and g.memory_nodes == CpuSet() and g.local_cpus == CpuSet()
     assert any("GPU 0" in p and "NUMA node unknown" in p for p in problems)
 
@@ -282,10 +277,8 @@ def test_unknown_numa_gets_no_slice() -> None:
 def test_unknown_numa_with_local_cpus_on_two_nodes_keeps_them() -> None:
     topo = topology("hgx-h100-8gpu-8nic")
     gpu = topo.gpus[0]
-    wide = dataclasses.replace(
-        gpu, numa_node=None, numa_source="unknown", local_cpus=CpuSet(range(192))
-    )
-    p = plan_placement(dataclasses.replace(topo, gpus=(wide, *topo.gpus[1:])))
+    wide = replace(gpu, numa_node=None, numa_source="unknown", local_cpus=CpuSet(range(192)))
+    p = plan_placement(replace(topo, gpus=(wide, *topo.gpus[1:])))
     g = by_index(p, 0)
     assert g.local_cpus == CpuSet(range(192))
     assert g.slice_cpus == CpuSet() and g.memory_nodes == CpuSet()
@@ -298,9 +291,9 @@ def test_node_from_local_cpus_when_numa_node_missing() -> None:
     topo = topology("hgx-h100-8gpu-8nic")
     gpu = topo.gpus[5]
     assert gpu.local_cpus is not None
-    moved = dataclasses.replace(gpu, numa_node=None, numa_source="local-cpus")
+    moved = replace(gpu, numa_node=None, numa_source="local-cpus")
     gpus = tuple(moved if g is gpu else g for g in topo.gpus)
-    p = plan_placement(dataclasses.replace(topo, gpus=gpus))
+    p = plan_placement(replace(topo, gpus=gpus))
     assert by_index(p, 5).memory_nodes == CpuSet({1})
     assert by_index(p, 5).slice_cpus == placement("hgx-h100-8gpu-8nic").gpus[5].slice_cpus
 
@@ -309,8 +302,8 @@ def test_gpu_on_cpuless_node_falls_back_to_local_cpus() -> None:
     topo = topology("grace-hopper-gh200")
     (gpu,) = topo.gpus
     assert gpu.memory_numa_node is not None
-    odd = dataclasses.replace(gpu, numa_node=gpu.memory_numa_node)
-    (g,), _ = _plan_gpus(dataclasses.replace(topo, gpus=(odd,)))
+    odd = replace(gpu, numa_node=gpu.memory_numa_node)
+    (g,), _ = _plan_gpus(replace(topo, gpus=(odd,)))
     assert g.memory_nodes == CpuSet({0})
     assert g.slice_cpus.cpulist() == "1-71"
 
@@ -415,9 +408,9 @@ def _tiny(name: str) -> Topology:
     topo = topology(name)
     both = CpuSet({0, 1})
     cpus = tuple(Cpu(i, True, 0, 0, 0, 0, both) for i in (0, 1))
-    node = dataclasses.replace(topo.numa_nodes[0], cpus=both)
-    gpus = tuple(dataclasses.replace(g, local_cpus=both) for g in topo.gpus)
-    return dataclasses.replace(
+    node = replace(topo.numa_nodes[0], cpus=both)
+    gpus = tuple(replace(g, local_cpus=both) for g in topo.gpus)
+    return replace(
         topo,
         cpus=CpuTopology(both, both, both, cpus),
         numa_nodes=(node,),

@@ -5,7 +5,6 @@ one node, no placed node, the WARN band, NVLink pairs refused, missing or of unk
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -23,7 +22,7 @@ from mcpnode.probe.analysis import (
 )
 from mcpnode.probe.model import HostCase, PeerCase, ProbeRun, parse_run
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import Topology
+from mcpnode.topology.model import Topology, replace
 from tests.proberoot import HOSTS, RUNS
 
 HGX = "hgx-h100-8gpu-8nic"

@@ -3,7 +3,6 @@ link at its capability on the fixture hosts, NVLink per version and per pair."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.probe.expected import gpu_pcie, pair_nvlink, pair_pcie, pcie_rate
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import PciLink, Topology
+from mcpnode.topology.model import PciLink, Topology, replace
 from tests.proberoot import HOSTS
 
 

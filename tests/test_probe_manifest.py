@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import content_hash, parse_manifest
 from mcpnode.probe.model import HostCase, dumps, parse_run
 from mcpnode.probe.section import manifest_section
+from mcpnode.topology.model import replace
 from tests import proberoot
 from tests.jsonschema_mini import validate
 from tests.test_fleet_report import report_of, write_fleet

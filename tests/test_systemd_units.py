@@ -150,6 +150,7 @@ WRITERS = {
     "mcpnode/agent/service.py": "exporter files; removes the state file at stop",
     "mcpnode/cli/main.py": "`mcpnode audit --output` (mcpnode-audit.service)",
     "mcpnode/placement/systemd.py": "`mcpnode systemd-dropin --write`: by hand, never the agent",
+    "mcpnode/cli/fast.py": "`python -m mcpnode.cli.fast --write-help`: its own help_text.py",
     "mcpnode/probe/record.py": "`mcpnode probe` keeps its run: by hand, never the agent or audit",
 }
 WRITE_CALL = re.compile(

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
+from mcpnode.topology.model import replace
 from mcpnode.tuning import paths
 from mcpnode.tuning.plan import plan, plan_restores
 from mcpnode.tuning.privilege import Privileges

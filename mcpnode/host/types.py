@@ -1,13 +1,16 @@
 """The values Host hands out: directory entries, file identities, command answers, what a
-recording saw, NUMA-placed memory. Data only: no I/O."""
+recording saw, NUMA-placed memory. Data only: no I/O.
+
+NamedTuples and a plain class rather than dataclasses: every mcpnode command imports these,
+and importing dataclasses (with the inspect, ast and tokenize modules it pulls in) costs more
+than reading a small host.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
-@dataclass
 class Recording:
     """What a Host was asked for while recording: exactly what a snapshot must hold.
 
@@ -15,14 +18,22 @@ class Recording:
     as they were read, so a snapshot holds the same content the topology was computed from.
     """
 
-    files: dict[str, bytes]
-    links: dict[str, str]  # symlink path -> target as stored
-    dirs: set[str]
-    commands: dict[str, dict[str, object]] = field(default_factory=dict)  # argv joined by " "
+    __slots__ = ("commands", "dirs", "files", "links")
+
+    def __init__(
+        self,
+        files: dict[str, bytes],
+        links: dict[str, str],  # symlink path -> target as stored
+        dirs: set[str],
+        commands: dict[str, dict[str, object]] | None = None,  # argv joined by " "
+    ) -> None:
+        self.files = files
+        self.links = links
+        self.dirs = dirs
+        self.commands: dict[str, dict[str, object]] = {} if commands is None else commands
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     """A version command's answer. `found` is False when the program is not installed (or, on a
     recorded root, when the snapshot holds no answer: `reason` says which)."""
 
@@ -65,8 +76,7 @@ class Entry(NamedTuple):
     is_symlink: bool
 
 
-@dataclass(frozen=True)
-class NodeMemory:
+class NodeMemory(NamedTuple):
     """Memory from Host.node_memory: `pages_on_node` of `pages` pages are on `node`."""
 
     address: int

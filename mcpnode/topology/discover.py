@@ -14,7 +14,6 @@ Locality of a PCI device (its NUMA node), first source that answers wins:
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, defaultdict
 
 from mcpnode.host import Host
@@ -37,6 +36,7 @@ from mcpnode.topology.model import (
     PciDevice,
     ProcessCpus,
     Topology,
+    replace,
 )
 from mcpnode.topology.nvml import GpuBackend, open_backend
 from mcpnode.topology.nvml_facts import collect
@@ -163,7 +163,7 @@ def merge_nvml(
                     f"NVML says GPU memory is NUMA node {mem_node}, which has CPUs",
                 )
         new_gpus.append(
-            dataclasses.replace(
+            replace(
                 gpu,
                 numa_node=numa,
                 numa_source=source,
@@ -172,7 +172,7 @@ def merge_nvml(
             )
         )
     new_devices = tuple(
-        dataclasses.replace(
+        replace(
             d,
             numa_node=None if moved[d.address][0] < 0 else moved[d.address][0],
             numa_source=moved[d.address][1],

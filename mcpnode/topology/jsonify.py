@@ -1,12 +1,19 @@
 """The topology as JSON-ready data with a schema version. Stable: key order follows the
-dataclasses, collections are already sorted, so two runs on one machine diff clean."""
+record classes' fields, collections are already sorted, so two runs on one machine diff clean."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, NumaNode, PciAddress, Topology
+from mcpnode.topology.model import (
+    SCHEMA_VERSION,
+    CpuSet,
+    NumaNode,
+    PciAddress,
+    Topology,
+    fields,
+    is_record,
+)
 
 # Ids printed the way lspci and sysfs print them.
 _HEX4 = frozenset(
@@ -19,8 +26,10 @@ def jsonable(obj: Any, key: str | None = None) -> Any:
         return obj.cpulist()
     if isinstance(obj, PciAddress):
         return str(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: jsonable(getattr(obj, f.name), f.name) for f in dataclasses.fields(obj)}
+    if is_record(obj) or (
+        hasattr(type(obj), "__dataclass_fields__") and not isinstance(obj, type)
+    ):  # a model record, or a renderer's own dataclass (render_gpus)
+        out = {name: jsonable(getattr(obj, name), name) for name in fields(obj)}
         if isinstance(obj, NumaNode):
             out["cpuless"] = obj.cpuless
         return out

@@ -7,14 +7,12 @@ sysfs, *not* clipped to this process's cpuset (nvidia-smi clips them; see Proces
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mcpnode.topology.discover import effective_local_cpus, nodes_of_cpus
 from mcpnode.topology.distance import classify
-from mcpnode.topology.model import PciAddress, PciDevice, Topology
+from mcpnode.topology.model import PciAddress, PciDevice, Topology, record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MatrixRow:
     label: str  # GPU0 / NIC0
     address: str
@@ -24,7 +22,7 @@ class MatrixRow:
     gpu_numa_id: str | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TopoMatrix:
     columns: tuple[str, ...]
     rows: tuple[MatrixRow, ...]

@@ -15,11 +15,11 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
+from mcpnode.topology.model import record
 
 # Where a snapshot keeps what cannot be a file (written by mcpnode/snapshot.py).
 SNAPSHOT_META = "/mcpnode-snapshot.json"
@@ -124,7 +124,7 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass
+@record
 class Answer:
     """One recorded call: the value, or the error name, code and detail it raised."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mcpnode.errors import HostError, PathNotFound
@@ -26,6 +25,7 @@ from mcpnode.topology.model import (
     PciLink,
     Problem,
     ProcessCpus,
+    record,
 )
 
 T = TypeVar("T")
@@ -137,7 +137,7 @@ def read_cpus(host: Host, problems: Problems) -> CpuTopology:
 # -- NUMA nodes --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RawNode:
     id: int
     cpus: CpuSet | None
@@ -145,7 +145,7 @@ class RawNode:
     distance_row: tuple[int, ...] | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RawNodes:
     nodes: tuple[RawNode, ...]
     online: CpuSet | None
@@ -257,27 +257,57 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
 # -- PCI ---------------------------------------------------------------------------------------
 
 
-@dataclass
 class RawPci:
-    address: PciAddress
-    path: str
-    host_bridge: str
-    ancestors: tuple[PciAddress, ...]
-    class_code: int | None = None
-    prog_if: int | None = None
-    vendor_id: int | None = None
-    device_id: int | None = None
-    subsystem_vendor_id: int | None = None
-    subsystem_device_id: int | None = None
-    driver: str | None = None
-    numa_raw: int | None = None  # file value as written, -1 included
-    local_cpus: CpuSet | None = None
-    link: PciLink = field(default_factory=lambda: PciLink(None, None, None, None))
-    physfn: PciAddress | None = None
-    sriov_numvfs: int | None = None
-    netdevs: list[NetDev] = field(default_factory=list)
-    rdma: list[str] = field(default_factory=list)
-    nvme: list[tuple[str, str | None]] = field(default_factory=list)
+    """One PCI function as read, filled in attribute by attribute by _read_pci_function. A
+    plain slotted class: thousands of these exist on an SR-IOV host, for one discovery."""
+
+    __slots__ = (
+        "address",
+        "ancestors",
+        "class_code",
+        "device_id",
+        "driver",
+        "host_bridge",
+        "link",
+        "local_cpus",
+        "netdevs",
+        "numa_raw",
+        "nvme",
+        "path",
+        "physfn",
+        "prog_if",
+        "rdma",
+        "sriov_numvfs",
+        "subsystem_device_id",
+        "subsystem_vendor_id",
+        "vendor_id",
+    )
+
+    def __init__(
+        self, address: PciAddress, path: str, host_bridge: str, ancestors: tuple[PciAddress, ...]
+    ) -> None:
+        self.address = address
+        self.path = path
+        self.host_bridge = host_bridge
+        self.ancestors = ancestors
+        self.class_code: int | None = None
+        self.prog_if: int | None = None
+        self.vendor_id: int | None = None
+        self.device_id: int | None = None
+        self.subsystem_vendor_id: int | None = None
+        self.subsystem_device_id: int | None = None
+        self.driver: str | None = None
+        self.numa_raw: int | None = None  # file value as written, -1 included
+        self.local_cpus: CpuSet | None = None
+        self.link = _NO_LINK
+        self.physfn: PciAddress | None = None
+        self.sriov_numvfs: int | None = None
+        self.netdevs: list[NetDev] = []
+        self.rdma: list[str] = []
+        self.nvme: list[tuple[str, str | None]] = []
+
+
+_NO_LINK = PciLink(None, None, None, None)
 
 
 def _parse_numa_raw(text: str) -> int:
