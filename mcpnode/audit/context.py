@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
+from mcpnode.audit.xid import XidEvent
 from mcpnode.host import Host
 from mcpnode.topology.model import Topology
 from mcpnode.topology.parse import parse_mountinfo
@@ -26,6 +28,13 @@ class AuditContext:
     profile: str = "base"  # the configured tuning profile
     has_rdma: bool = False  # at least one NIC with an RDMA device (mlx5_0, ...)
     profiles_dir: str | None = None  # system profiles directory (None: the shipped ones)
+    # XIDs the agent received as NVML events (audit/gpu_xid.py uses them when the kernel log
+    # cannot be read); empty for a one-shot audit
+    observed_xids: tuple[XidEvent, ...] = ()
+    # The expected inventory (--expect FILE, the agent's [expect]); None: the expect area looks
+    # for an [expect] table in /etc/mcpnode/mcpnode.toml under the root
+    expect: Expectation | None = None
+    expect_source: str | None = None
 
     @property
     def has_gpus(self) -> bool:
@@ -80,7 +89,14 @@ def driver_version_of(text: str) -> str | None:
 
 
 def build_context(
-    host: Host, topology: Topology, profile: str = "base", profiles_dir: str | None = None
+    host: Host,
+    topology: Topology,
+    profile: str = "base",
+    profiles_dir: str | None = None,
+    *,
+    observed_xids: tuple[XidEvent, ...] = (),
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> AuditContext:
     """The shared facts, from a topology already discovered through `host`."""
     from mcpnode.audit.facts import read_file
@@ -104,4 +120,7 @@ def build_context(
         profile=profile,
         has_rdma=any(nic.rdma_devices for nic in topology.nics),
         profiles_dir=profiles_dir,
+        observed_xids=observed_xids,
+        expect=expect,
+        expect_source=expect_source,
     )

@@ -14,8 +14,23 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from mcpnode.audit import cgroup, container, gpu, kernel, numa, privilege, tuning
+from mcpnode.audit import (
+    cgroup,
+    container,
+    expect,
+    fabricmanager,
+    gpu,
+    gpu_xid,
+    ib,
+    kernel,
+    numa,
+    p2p,
+    pcie,
+    privilege,
+    tuning,
+)
 from mcpnode.audit.context import AuditContext, build_context
+from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.host import Host
 
@@ -32,7 +47,15 @@ AREAS: list[Area] = [
     Area("self", "Self", privilege.collect, privilege.check),
     Area("cgroup", "cgroup", cgroup.collect, cgroup.check),
     Area("kernel", "Kernel and modules", kernel.collect, kernel.check),
+    Area("expect", "Expected inventory", expect.collect, expect.check),
+    # Three collectors share the gpu prefix: NVML's facts, the kernel log's XIDs, Fabric
+    # Manager; one failing does not cost the others.
     Area("gpu", "GPU health", gpu.collect, gpu.check),
+    Area("gpu", "GPU health", gpu_xid.collect, gpu_xid.check),
+    Area("gpu", "GPU health", fabricmanager.collect, fabricmanager.check),
+    Area("pcie", "PCIe health", pcie.collect, pcie.check),
+    Area("ib", "InfiniBand / RoCE ports", ib.collect, ib.check),
+    Area("p2p", "Peer-to-peer (PCIe ACS)", p2p.collect, p2p.check),
     Area("numa", "NUMA", numa.collect, numa.check),
     Area("tuning", "Tuning compliance", tuning.collect, tuning.check),
     Area("container", "NVIDIA container stack", container.collect, container.check),
@@ -112,15 +135,20 @@ def run_audit(
     profiles_dir: str | None = None,
     now: datetime | None = None,
     areas: Sequence[Area] | None = None,
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> AuditReport:
     """Audit the machine behind `host`. Raises only when the audit cannot run at all (the
     root is unusable: RootError / HostError from discovery); `now` fixes `generated_at`.
-    `profile` None: the profile the host was tuned with (tuning.configured_profile)."""
+    `profile` None: the profile the host was tuned with (tuning.configured_profile);
+    `expect`: the expected inventory (`--expect FILE`; None: the expect area looks for one)."""
     from mcpnode.topology.discover import discover_host
 
     topology = discover_host(host)
     name = profile if profile is not None else tuning.configured_profile(host)
-    ctx = build_context(host, topology, name, profiles_dir)
+    ctx = build_context(
+        host, topology, name, profiles_dir, expect=expect, expect_source=expect_source
+    )
     findings, problems = run_areas(host, ctx, AREAS if areas is None else areas, only, skip)
     when = now or datetime.now(timezone.utc)
     return AuditReport(
