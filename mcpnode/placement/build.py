@@ -13,9 +13,11 @@ from typing import Any
 
 from mcpnode.audit.container_toolkit import toolkit_version
 from mcpnode.audit.context import build_context
+from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.model import AuditReport
 from mcpnode.audit.run import AREAS, run_areas
 from mcpnode.audit.tuning import configured_profile
+from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import build_manifest
@@ -65,8 +67,14 @@ def build_all(
     housekeeping: str = HOUSEKEEPING_DEFAULT,
     profiles_dir: Path | None = None,
     topology: Topology | None = None,
+    observed_xids: tuple[XidEvent, ...] = (),
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> Built:
-    """make_manifest, keeping the topology, placement and audit report it was built from."""
+    """make_manifest, keeping the topology, placement and audit report it was built from.
+
+    `observed_xids` and `expect` reach the audit's context (the agent's NVML XID events and its
+    [expect] table)."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
     profile = configured_profile(host)
@@ -76,7 +84,15 @@ def build_all(
     except McpnodeError as err:
         tuning = f"{type(err).__name__}: {err}"
     when = now or datetime.now(timezone.utc)
-    ctx = build_context(host, topo, profile, None if profiles_dir is None else str(profiles_dir))
+    ctx = build_context(
+        host,
+        topo,
+        profile,
+        None if profiles_dir is None else str(profiles_dir),
+        observed_xids=observed_xids,
+        expect=expect,
+        expect_source=expect_source,
+    )
     findings, problems = run_areas(host, ctx, AREAS)
     audit = AuditReport(
         findings=tuple(findings),

@@ -33,6 +33,8 @@ class AuditSummary:
     drift_keys: tuple[str, ...]
     profile: str | None
     tuning_compliant: bool | None
+    # PCI addresses of the GPUs a finding about FAILed (manifest `gpus[].health`: unhealthy)
+    unhealthy_gpus: tuple[str, ...] = ()
 
     def count(self, status: str) -> int:
         return dict(self.counts).get(status, 0)
@@ -50,11 +52,18 @@ def summarize(report: AuditReport) -> AuditSummary:
     checked = any(
         f.id == _DRIFT_ID and f.status in (Status.PASS, Status.FAIL) for f in report.findings
     )
+    subjects = {f.subject for f in report.findings if f.status is Status.FAIL and f.subject}
+    gpus = sorted(
+        s
+        for s in subjects
+        if any(f.subject == s and f.id.startswith("gpu.") for f in report.findings)
+    )
     return AuditSummary(
         counts=tuple((s.value, report.count(s)) for s in Status),
         drift_keys=tuple(drift),
         profile=report.profile,
         tuning_compliant=(not drift) if checked else None,
+        unhealthy_gpus=tuple(gpus),
     )
 
 
