@@ -62,6 +62,11 @@ def _one_gpu_missing() -> nvmlgen.NvmlSpec:
     return replace(spec, gpus=spec.gpus[:-1])  # GPU 7 on the bus, unknown to NVML
 
 
+def _links_missing(g: nvmlgen.GpuSpec) -> nvmlgen.GpuSpec:
+    assert g.nvlinks is not None
+    return replace(g, nvlinks=g.nvlinks[:16])  # links 16, 17 answer InvalidArgument: gone
+
+
 # Recordings generated here (the HGX H100 with one GPU broken each way).
 AUDIT_NVML_CASES: dict[str, Callable[[], nvmlgen.NvmlSpec]] = {
     # (correctable, uncorrectable, pending, failure): a remap waiting for a GPU reset
@@ -72,6 +77,26 @@ AUDIT_NVML_CASES: dict[str, Callable[[], nvmlgen.NvmlSpec]] = {
     "pcie-x8-on-x16": lambda: _hgx_case(_x8),
     "nvlink-down": lambda: _hgx_case(_links_down),
     "gpu-missing-from-nvml": _one_gpu_missing,
+    # clocks, thermal, power (nvmlClocksEventReason bits: HwSlowdown 0x8, SwThermal 0x20)
+    "throttle-hw-slowdown": lambda: _hgx_case(
+        lambda g: replace(g, clocks_event_reasons=nvmlgen.REASON_HW_SLOWDOWN)
+    ),
+    "throttle-sw-thermal": lambda: _hgx_case(
+        lambda g: replace(g, clocks_event_reasons=nvmlgen.REASON_SW_THERMAL)
+    ),
+    "temperature-slowdown": lambda: _hgx_case(lambda g: replace(g, temperature=(88, 87, 92))),
+    "power-capped": lambda: _hgx_case(lambda g: replace(g, power=(72_000, 500_000, 700_000))),
+    "app-clocks-low": lambda: _hgx_case(lambda g: replace(g, app_clocks=(1410, 2619, 1980, 2619))),
+    # 5 million replays in the fixtures' three days up: ~1157 per minute
+    "pcie-replays": lambda: _hgx_case(lambda g: replace(g, pcie_replays=5_000_000)),
+    # (link, counter, value): DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2
+    "nvlink-replay-errors": lambda: _hgx_case(
+        lambda g: replace(g, nvlink_errors=((3, 0, 12), (3, 1, 2)))
+    ),
+    "nvlink-crc-storm": lambda: _hgx_case(
+        lambda g: replace(g, nvlink_errors=((7, 2, 30_000_000_000),))
+    ),
+    "nvlink-missing": lambda: _hgx_case(_links_missing),
 }
 
 
@@ -183,29 +208,36 @@ def build(
     tmp: Path,
     host: str = HGX,
     *,
-    files: Mapping[str, str | None] | None = None,
+    files: Mapping[str, str | bytes | None] | None = None,
     healthy: bool = True,
     nvml: str | None = None,
     euid: int | None = 0,
     driver: Mapping[str, str] | None = None,
     numa_node: Mapping[str, str] | None = None,
     iommu: Mapping[str, int] | None = None,
+    device_files: Mapping[str, Mapping[str, str | bytes]] | None = None,
+    commands: Mapping[str, Mapping[str, Any]] | None = None,
+    unplug: tuple[str, ...] = (),
 ) -> Path:
     """A copy of host fixture `host` under `tmp`, with the overlay written:
 
-    files      relative path -> text (None removes the file); over the healthy set
-    nvml       a recording name (nvml_calls) replacing the fixture's NVML answers
-    euid       recorded effective uid (None: not recorded, a plain dump)
-    driver     PCI address -> driver name its `driver` link is pointed at
-    numa_node  PCI address -> text written to its `numa_node`
-    iommu      PCI address -> IOMMU group its `iommu_group` link names
+    files        relative path -> text or bytes (None removes the file); over the healthy set
+    nvml         a recording name (nvml_calls) replacing the fixture's NVML answers
+    euid         recorded effective uid (None: not recorded, a plain dump)
+    driver       PCI address -> driver name its `driver` link is pointed at
+    numa_node    PCI address -> text written to its `numa_node`
+    iommu        PCI address -> IOMMU group its `iommu_group` link names
+    device_files PCI address -> {attribute: content} written in its sysfs directory
+    commands     command line -> recorded answer (found, returncode, stdout, stderr, reason)
+    unplug       PCI addresses removed as a surprise removal leaves sysfs (the directory and
+                 every bus/class link into it)
     """
     root = tmp / host
     shutil.copytree(HOSTS / host, root, symlinks=True)
     meta_path = root / nvmlgen.SNAPSHOT_NAME
     meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     release = meta.get("kernel_release") or "5.15.0-119-generic"
-    overlay: dict[str, str | None] = dict(healthy_files(release)) if healthy else {}
+    overlay: dict[str, str | bytes | None] = dict(healthy_files(release)) if healthy else {}
     overlay.update(files or {})
     for rel, text in overlay.items():
         path = root / rel
@@ -215,13 +247,34 @@ def build(
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_symlink():
             path.unlink()
-        path.write_text(text)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
     for addr, name in (driver or {}).items():
         link = device_dir(root, addr) / "driver"
         link.unlink(missing_ok=True)
         link.symlink_to(f"../../../../bus/pci/drivers/{name}")
     for addr, text in (numa_node or {}).items():
         (device_dir(root, addr) / "numa_node").write_text(text)
+    for addr, attrs in (device_files or {}).items():
+        for name, content in attrs.items():
+            target = device_dir(root, addr) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content)
+    for addr in unplug:
+        shutil.rmtree(device_dir(root, addr))
+        tops = [root / t for t in ("sys/bus/pci/devices", "sys/class/net", "sys/class/infiniband")]
+        tops += sorted((root / "sys/bus/pci/drivers").glob("*"))
+        for d in tops:
+            for link in d.iterdir() if d.is_dir() else ():
+                if link.is_symlink() and not link.exists():
+                    link.unlink()
+    if commands:
+        meta["commands"] = {**meta.get("commands", {}), **commands}
     for addr, group in (iommu or {}).items():
         (root / "sys/kernel/iommu_groups" / str(group)).mkdir(parents=True, exist_ok=True)
         link = device_dir(root, addr) / "iommu_group"
@@ -247,6 +300,79 @@ if __name__ == "__main__":
 L40S = "pcie-4x-l40s-2socket"
 NO_GPU = "no-gpu-host"
 L40S_RELEASE = "6.8.0-45-generic"
+DGX = "dgx-a100"
+SICK = "0000:3a:00.0"  # GPU 2 of the HGX
+SICK_PORT = "0000:39:00.0"  # the switch downstream port above it
+SICK_NIC_PORT = "0000:39:01.0"  # and the one above mlx5_2, its PIX neighbour
+UP_S = 200_000  # seconds after boot the injected kernel messages carry (of 259200 up)
+
+
+def kmsg(host: str, *extra: tuple[int, str, int]) -> str:
+    """The fixture's boot log (tests/fixturegen.py) with `extra` (seconds, message, priority)
+    records after it, as /dev/kmsg shows them."""
+    spec = fixturegen.fixture_hosts()[host]
+    return fixturegen.boot_log(spec, [(t * 1_000_000, m, p) for t, m, p in extra])
+
+
+def config_with_acs(host: str, address: str, acs_ctrl: int) -> bytes:
+    """A port's config space with its ACS Control register set to `acs_ctrl`."""
+    spec = fixturegen.fixture_hosts()[host]
+    (f,) = [x for x in fixturegen.pci_functions(spec) if x.address == address]
+    return fixturegen.config_space(f, acs_ctrl=acs_ctrl)
+
+
+def ib(rdma: str, **attrs: str) -> dict[str, str]:
+    """Files of port 1 of an RDMA device, relative to its PCI function's directory."""
+    return {f"infiniband/{rdma}/ports/1/{k.replace('__', '/')}": v for k, v in attrs.items()}
+
+
+def answer(stdout: str, returncode: int = 0) -> dict[str, Any]:
+    return {"found": True, "returncode": returncode, "stdout": stdout, "stderr": "", "reason": None}
+
+
+XID_79 = (
+    UP_S,
+    "NVRM: Xid (PCI:0000:3a:00): 79, pid=311207, name=python3, GPU has fallen off the bus.",
+    4,
+)
+XID_13 = (
+    UP_S,
+    "NVRM: Xid (PCI:0000:3a:00): 13, pid=311207, name=python3, Graphics SM Warp "
+    "Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",
+    4,
+)
+XID_63 = (
+    UP_S,
+    "NVRM: Xid (PCI:0000:3a:00): 63, pid='<unknown>', name=<unknown>, Row "
+    "Remapper: New row (0x0000000000abcdef) was marked for remapping, reset gpu to "
+    "activate.",
+    4,
+)
+SXID_FATAL = (
+    UP_S,
+    "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 24007, Fatal, Link 28 "
+    "sourcetrack TCEN0 crumbstore ECC DBE Error",
+    3,
+)
+OPEN_DRIVER = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Tue Feb 25 10:17:04 UTC 2025\n"
+    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+)
+EXPECT_HGX = """\
+[expect]
+gpu_count = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+nvlinks_per_gpu = 18
+pcie_gen = 5
+pcie_width = 16
+nic_count = 8
+nic_rate_gbps = 400.0
+numa_nodes = 2
+driver_min = "570.133.20"
+"""
+FM_ACTIVE = "systemctl is-active nvidia-fabricmanager"
+FM_JOURNAL = "journalctl -u nvidia-fabricmanager -b --no-pager -q -o cat -n 500"
 
 CASES: dict[str, dict[str, Any]] = {
     # GPU host, everything in order: PASS everywhere
@@ -313,6 +439,109 @@ CASES: dict[str, dict[str, Any]] = {
     "nogpu-cgroup-v1": {"host": NO_GPU, "files": {"proc/self/mountinfo": MOUNTINFO_V1}},
     # a plain dump: nothing the audit reads beyond sysfs, no euid recorded
     "nogpu-bare-dump": {"host": NO_GPU, "healthy": False, "euid": None},
+    # -- health: one failure each, on GPU 2 (0000:3a:00.0) or its neighbours ------------------
+    # XIDs and SXIDs in the kernel log (dev/kmsg)
+    "hgx-xid-79": {"files": {"dev/kmsg": kmsg(HGX, XID_79)}},
+    "hgx-xid-13": {"files": {"dev/kmsg": kmsg(HGX, XID_13)}},
+    "hgx-xid-63-resolved": {"files": {"dev/kmsg": kmsg(HGX, XID_63)}},
+    "hgx-xid-63-pending": {"files": {"dev/kmsg": kmsg(HGX, XID_63)}, "nvml": "remap-pending"},
+    "hgx-sxid-fatal": {"files": {"dev/kmsg": kmsg(HGX, SXID_FATAL)}},
+    "hgx-kmsg-absent": {"files": {"dev/kmsg": None}},
+    # clocks, thermal, power (NVML)
+    "hgx-throttle-hw-slowdown": {"nvml": "throttle-hw-slowdown"},
+    "hgx-throttle-sw-thermal": {"nvml": "throttle-sw-thermal"},
+    "hgx-temperature-slowdown": {"nvml": "temperature-slowdown"},
+    "hgx-power-capped": {"nvml": "power-capped"},
+    "hgx-app-clocks-low": {"nvml": "app-clocks-low"},
+    # PCIe: replays (NVML), AER counters (sysfs, on the GPU's port), a NIC trained x8
+    "hgx-pcie-replays": {"nvml": "pcie-replays"},
+    "hgx-aer-fatal": {
+        "device_files": {SICK_PORT: {"aer_dev_fatal": fixturegen.aer_text("fatal", {"DLP": 1})}}
+    },
+    "hgx-aer-correctable": {
+        "device_files": {
+            SICK: {"aer_dev_correctable": fixturegen.aer_text("correctable", {"BadTLP": 3_000_000})}
+        }
+    },
+    "hgx-nic-x8": {"device_files": {"0000:5e:00.0": {"current_link_width": "8\n"}}},
+    # NVLink: error counters, links missing
+    "hgx-nvlink-replay-errors": {"nvml": "nvlink-replay-errors"},
+    "hgx-nvlink-crc-storm": {"nvml": "nvlink-crc-storm"},
+    "hgx-nvlink-missing": {"nvml": "nvlink-missing"},
+    # InfiniBand ports: one DOWN, one flapping with symbol errors, one trained at HDR
+    "hgx-ib-port-down": {
+        "device_files": {
+            "0000:2b:00.0": ib(
+                "mlx5_1", state="1: DOWN\n", phys_state="3: Disabled\n", rate="10 Gb/sec (4X SDR)\n"
+            )
+        }
+    },
+    "hgx-ib-flapping": {
+        "device_files": {
+            "0000:19:00.0": ib("mlx5_0", counters__link_downed="3\n", counters__symbol_error="17\n")
+        }
+    },
+    "hgx-ib-rate-low": {
+        "device_files": {"0000:3b:00.0": ib("mlx5_2", rate="200 Gb/sec (4X HDR)\n")}
+    },
+    # PCIe ACS: Linux's default ACS on GPU 2's and mlx5_2's switch ports, bare metal; and on
+    # the L40S's root ports inside a VM
+    "hgx-acs-enabled": {
+        "device_files": {
+            a: {"config": config_with_acs(HGX, a, fixturegen.ACS_LINUX_DEFAULT)}
+            for a in (SICK_PORT, SICK_NIC_PORT)
+        }
+    },
+    "l40s-vm-acs-enabled": {
+        "host": L40S,
+        "files": {
+            "sys/class/dmi/id/sys_vendor": "QEMU\n",
+            "sys/class/dmi/id/product_name": "Standard PC (Q35 + ICH9, 2009)\n",
+        },
+        "device_files": {
+            a: {"config": config_with_acs(L40S, a, fixturegen.ACS_LINUX_DEFAULT)}
+            for a in ("0000:40:01.1", "0000:60:01.1")
+        },
+    },
+    # GPUDirect RDMA through DMA-BUF: no nvidia_peermem, open kernel modules, kernel 5.15
+    "hgx-dmabuf": {
+        "files": {
+            "proc/modules": modules_text(("nvidia", "nvidia_uvm", "nvidia_modeset", "mlx5_ib")),
+            "proc/driver/nvidia/version": OPEN_DRIVER,
+        }
+    },
+    # expected inventory: met; a GPU gone from sysfs and NVML alike; an invalid table
+    "hgx-expect-met": {"files": {"etc/mcpnode/mcpnode.toml": EXPECT_HGX}},
+    "hgx-gpu-gone": {
+        "files": {"etc/mcpnode/mcpnode.toml": EXPECT_HGX},
+        "nvml": "gpu-missing-from-nvml",
+        "unplug": ("0000:db:00.0",),
+    },
+    "hgx-expect-unmet": {
+        "files": {
+            "etc/mcpnode/mcpnode.toml": '[expect]\ngpu_model = "NVIDIA H200"\n'
+            "nvlinks_per_gpu = 36\npcie_gen = 6\npcie_width = 32\nnic_count = 10\n"
+            'numa_nodes = 4\ndriver_min = "575"\n'
+        }
+    },
+    "hgx-expect-invalid": {
+        "files": {"etc/mcpnode/mcpnode.toml": "[expect]\ngpu_count = 8\ngpus = 8\n"}
+    },
+    # Fabric Manager on an A100 NVSwitch system (no NVML fabric state there)
+    "dgx-a100-fabricmanager-active": {
+        "host": DGX,
+        "commands": {
+            FM_ACTIVE: answer("active\n"),
+            FM_JOURNAL: answer(
+                "Successfully configured all the available GPUs and NVSwitches to route "
+                "NVLink traffic.\n"
+            ),
+        },
+    },
+    "dgx-a100-fabricmanager-failed": {
+        "host": DGX,
+        "commands": {FM_ACTIVE: answer("failed\n", 3), FM_JOURNAL: answer("")},
+    },
 }
 
 

@@ -23,6 +23,7 @@ discovery gets from the simulated NVML of tests/nvmlgen.py, so `--root` replays 
 CLI:
     python3 tests/fixturegen.py --out tests/fixtures/hosts        # regenerate committed fixtures
     python3 tests/fixturegen.py --nvml-cases tests/fixtures/nvml  # NVML failure recordings
+                                  # (and the agent's event-set recordings, fixtures/nvml-events)
     python3 tests/fixturegen.py --synthetic-vfs 4096 --out DIR    # benchmark host, not committed
 """
 
@@ -124,6 +125,8 @@ class RdmaSpec:
     rate: str = "400 Gb/sec (4X NDR)"
     hca_type: str = "MT4129"
     fw_ver: str = "28.39.1002"
+    # ports/1/counters/<name> values other than 0 (link_downed, symbol_error, ...)
+    counters: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,10 @@ class PortSpec:
     subsystem_device: int = 0
     revision: int = 0
     label: str = ""
+    # ACS Control register of the port's ACS capability (0: nothing enabled, as NVIDIA asks
+    # for P2P on bare metal); None: the port has no ACS capability (QEMU's root ports)
+    acs_ctrl: int | None = 0
+    port_type: int | None = None  # PCIe Device/Port Type; None: root port at the top, else 8
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,7 @@ class SwitchSpec:
     revision: int = 0xB0
     dsp_numbers: tuple[int, ...] | None = None  # device numbers of the downstream ports
     label: str = ""
+    dsp_acs_ctrl: int | None = 0  # ACS Control of every downstream port (see PortSpec)
 
 
 Node: TypeAlias = DeviceSpec | PortSpec | SwitchSpec
@@ -249,6 +257,9 @@ class HostSpec:
     kernel_max: int = 8191  # NR_CPUS - 1 (CONFIG_NR_CPUS=8192 on Ubuntu)
     root_device: str = "/dev/nvme0n1p2"
     description: str = ""
+    # /sys/class/dmi/id/{sys_vendor,product_name}: the board, or the hypervisor in a VM
+    dmi: tuple[str, str] = ("Supermicro", "SYS-821GE-TNHR")
+    uptime_s: float = 259200.52  # /proc/uptime: three days up
 
     @property
     def n_cpus(self) -> int:
@@ -359,6 +370,8 @@ class PciFunction:
     virtfns: list[str] = field(default_factory=list)  # PFs: VF addresses
     netdevs: tuple[NetdevSpec, ...] = ()
     label: str = ""
+    port_type: int = 0  # PCIe Device/Port Type: 0 endpoint, 4 root port, 5/6 switch up/down
+    acs_ctrl: int | None = None  # bridges: ACS Control register; None: no ACS capability
 
 
 class SpecError(ValueError):
@@ -434,7 +447,7 @@ class _Allocator:
                     end = self._vfs(hb, pf, child, parent_path, start)
                     vf_cursor[dev] = end
             elif isinstance(child, PortSpec):
-                self._port(hb, child, bus, dev, fn, path)
+                self._port(hb, child, bus, dev, fn, path, root)
             else:
                 self._switch(hb, child, bus, dev, fn, path)
 
@@ -532,6 +545,8 @@ class _Allocator:
         subsystem_device: int = 0,
         revision: int = 0,
         label: str = "",
+        port_type: int = 8,
+        acs_ctrl: int | None = None,
     ) -> PciFunction:
         f = PciFunction(
             address=bdf(hb.domain, bus, dev, fn),
@@ -551,6 +566,8 @@ class _Allocator:
             link=link,
             is_bridge=True,
             label=label,
+            port_type=port_type,
+            acs_ctrl=acs_ctrl,
         )
         self.functions.append(f)
         f.secondary = self.next_bus
@@ -558,7 +575,14 @@ class _Allocator:
         return f
 
     def _port(
-        self, hb: HostBridgeSpec, p: PortSpec, bus: int, dev: int, fn: int, path: str
+        self,
+        hb: HostBridgeSpec,
+        p: PortSpec,
+        bus: int,
+        dev: int,
+        fn: int,
+        path: str,
+        root: bool = False,
     ) -> None:
         f = self._bridge(
             hb,
@@ -574,6 +598,8 @@ class _Allocator:
             subsystem_device=p.subsystem_device,
             revision=p.revision,
             label=p.label,
+            port_type=p.port_type if p.port_type is not None else (4 if root else 8),
+            acs_ctrl=p.acs_ctrl,
         )
         assert f.secondary is not None
         self._bus(hb, path, f.secondary, p.children, root=False)
@@ -594,6 +620,7 @@ class _Allocator:
             driver="pcieport",
             revision=s.revision,
             label=s.label or "PCIe switch upstream port",
+            port_type=5,
         )
         assert usp.secondary is not None
         numbers = s.dsp_numbers or tuple(range(len(s.downstream)))
@@ -608,6 +635,8 @@ class _Allocator:
                 slot=(n, 0),
                 revision=s.revision,
                 label="PCIe switch downstream port",
+                acs_ctrl=s.dsp_acs_ctrl,
+                port_type=6,
             )
             for n, entry in zip(numbers, s.downstream, strict=True)
         ]
@@ -637,10 +666,10 @@ class _Tree:
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
 
-    def file(self, path: str, content: str) -> None:
+    def file(self, path: str, content: str | bytes) -> None:
         if path in self.entries:
             raise SpecError(f"{path} written twice")
-        self.entries[path] = content.encode()
+        self.entries[path] = content if isinstance(content, bytes) else content.encode()
 
     def link(self, path: str, target: str) -> None:
         """A symlink at `path` to tree-relative `target`, stored relative as the kernel does."""
@@ -837,6 +866,151 @@ def _uevent(f: PciFunction) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- health files: AER counters, config space, IB counters, the kernel log -------------------
+
+AER_KINDS = ("correctable", "fatal", "nonfatal")
+# drivers/pci/pcie/aer.c: the names aer_dev_* print, one `NAME COUNT` line each, then
+# `TOTAL_ERR_COR` / `TOTAL_ERR_FATAL` / `TOTAL_ERR_NONFATAL` (ABI: sysfs-bus-pci-devices-aer_stats)
+AER_NAMES = {
+    "correctable": ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                    "CorrIntErr", "HeaderOF"),
+    "fatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt",
+              "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP",
+              "AtomicOpBlocked", "TLPBlockedErr", "PoisonTLPBlocked"),
+}  # fmt: skip
+AER_NAMES["nonfatal"] = AER_NAMES["fatal"]
+AER_TOTAL = {"correctable": "ERR_COR", "fatal": "ERR_FATAL", "nonfatal": "ERR_NONFATAL"}
+IB_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors")
+
+
+def aer_text(kind: str, counts: dict[str, int] | None = None) -> str:
+    """An aer_dev_<kind> file: every name the kernel prints with its count (0 unless given)."""
+    counts = dict(counts or {})
+    lines = [f"{name} {counts.pop(name, 0)}" for name in AER_NAMES[kind]]
+    if counts:
+        raise SpecError(f"aer_dev_{kind} has no counter {sorted(counts)}")
+    total = sum(int(x.rsplit(" ", 1)[1]) for x in lines)
+    return "\n".join([*lines, f"TOTAL_{AER_TOTAL[kind]} {total}"]) + "\n"
+
+
+# PCI config space (PCI Local Bus 3.0 ch. 6; PCIe Base 6.0 ch. 7): the standard header, the
+# PCI Express capability at 0x40, extended capabilities from 0x100: AER (ID 0x0001), then on
+# ports that have one the ACS capability (ID 0x000D, 7.7.11: ACS Capability at +4, ACS Control
+# at +6). 4096 bytes for PCIe functions (root reads them all), 256 for conventional PCI.
+ACS_OFFSET = 0x148
+ACS_CAP_ROOT_PORT = 0x001F  # SV TB RR CR UF (Intel/AMD root ports)
+ACS_CAP_SWITCH = 0x007F  # SV TB RR CR UF EC DT (Broadcom PEX downstream ports)
+# What Linux enables when an IOMMU is on (drivers/pci/pci.c pci_std_enable_acs: SV, RR, CR, UF)
+ACS_LINUX_DEFAULT = 0x001D
+
+
+def config_space(f: PciFunction, acs_ctrl: int | None = None) -> bytes:
+    """The function's config space as sysfs `config` reads it as root. `acs_ctrl` overrides
+    the ACS Control register of a port that has the capability."""
+    size = 4096 if f.link is not None else 256
+    b = bytearray(size)
+
+    def put(off: int, value: int, width: int) -> None:
+        b[off : off + width] = value.to_bytes(width, "little")
+
+    put(0x00, f.vendor, 2)
+    put(0x02, f.device, 2)
+    put(0x04, 0x0406, 2)  # memory space, bus master, INTx disable
+    put(0x06, 0x0010, 2)  # capabilities list
+    put(0x08, f.revision | f.class_code << 8, 4)
+    put(0x0C, 0x10, 1)  # cache line size
+    put(0x0E, 1 if f.is_bridge else 0, 1)
+    if f.is_bridge:
+        bus = f.bus
+        put(0x18, bus | (f.secondary or 0) << 8 | (f.subordinate or 0) << 16, 4)
+    else:
+        put(0x2C, f.subsystem_vendor | f.subsystem_device << 16, 4)
+    if f.link is None:
+        return bytes(b)
+    put(0x34, 0x40, 1)
+    put(0x40, 0x10, 1)  # PCI Express capability, last of the list
+    put(0x42, 0x2 | f.port_type << 4, 2)  # version 2, Device/Port Type
+    gen = {GT2_5: 1, GT5: 2, GT8: 3, GT16: 4, GT32: 5}
+    max_speed = f.link.max_speed or f.link.speed
+    max_width = f.link.max_width if f.link.max_width is not None else f.link.width
+    put(0x4C, gen.get(max_speed, 0) | max_width << 4, 4)  # Link Capabilities
+    put(0x52, gen.get(f.link.speed, 0) | f.link.width << 4, 2)  # Link Status
+    ctrl = f.acs_ctrl if acs_ctrl is None else acs_ctrl
+    has_acs = f.acs_ctrl is not None
+    put(0x100, 0x0001 | 2 << 16 | (ACS_OFFSET if has_acs else 0) << 20, 4)  # AER v2
+    if has_acs:
+        cap = ACS_CAP_SWITCH if f.port_type == 6 else ACS_CAP_ROOT_PORT
+        put(ACS_OFFSET, 0x000D | 1 << 16, 4)  # ACS v1, last of the list
+        put(ACS_OFFSET + 4, cap, 2)
+        put(ACS_OFFSET + 6, ctrl or 0, 2)
+    return bytes(b)
+
+
+def kmsg_record(seq: int, usec: int, message: str, priority: int = 6) -> str:
+    """One /dev/kmsg record line (Documentation/ABI/testing/dev-kmsg)."""
+    return f"{priority},{seq},{usec},-;{message}\n"
+
+
+def boot_log(spec: HostSpec, extra: Sequence[tuple[int, str, int]] = ()) -> str:
+    """A kernel log of this host from boot: the kernel banner, PCI enumeration of its GPUs,
+    NVSwitches and NICs (with the kmsg dictionary continuation lines), the drivers probing
+    them; then `extra` records (usec, message, priority) in order."""
+    lines: list[tuple[int, str, int, tuple[str, ...]]] = [
+        (0, f"Linux version {spec.osrelease} (buildd@lcy02-amd64-001) (gcc 11.4.0)", 5, ()),
+        (0, f"Command line: BOOT_IMAGE=/vmlinuz-{spec.osrelease} root={spec.root_device} ro "
+            "quiet", 6, ()),
+    ]  # fmt: skip
+    usec = 1_200_000
+    fns = pci_functions(spec)
+    for f in fns:
+        usec += 137
+        kind = "PCIe Endpoint" if f.port_type == 0 else "PCIe Switch Downstream Port"
+        if f.link is None:
+            kind = "conventional PCI endpoint"
+        if f.port_type == 4:
+            kind = "PCIe Root Port"
+        elif f.port_type == 5:
+            kind = "PCIe Switch Upstream Port"
+        lines.append(
+            (
+                usec,
+                f"pci {f.address}: [{f.vendor:04x}:{f.device:04x}] type "
+                f"{'01' if f.is_bridge else '00'} class 0x{f.class_code:06x} {kind}",
+                6,
+                ("SUBSYSTEM=pci", f"DEVICE=+pci:{f.address}"),
+            )
+        )
+    usec = 9_800_000
+    nvidia = [f for f in fns if f.vendor == V_NVIDIA and f.class_code >> 16 == 0x03]
+    if nvidia:
+        lines.append((usec, "nvidia: loading out-of-tree module taints kernel.", 4, ()))
+        lines.append(
+            (usec + 5_000, "nvidia-nvlink: Nvlink Core is being initialized, major device "
+             "number 510", 6, ())
+        )  # fmt: skip
+    for i, f in enumerate(nvidia):
+        lines.append((usec + 9_000 + i * 400, f"nvidia {f.address}: enabling device (0000 -> "
+                      "0002)", 6, ("SUBSYSTEM=pci", f"DEVICE=+pci:{f.address}")))  # fmt: skip
+    switches = [f for f in fns if f.vendor == V_NVIDIA and f.class_code >> 8 == 0x0680]
+    for i, f in enumerate(switches):
+        lines.append((usec + 40_000 + i * 300, f"nvidia-nvswitch{i}: probing {f.address}", 6, ()))
+    for f in fns:
+        if f.driver == "mlx5_core" and f.physfn is None and f.spec is not None:
+            fw = f.spec.rdma[0].fw_ver if f.spec.rdma else "28.39.1002"
+            lines.append(
+                (usec + 70_000 + f.bus * 10, f"mlx5_core {f.address}: firmware version: {fw}",
+                 6, ("SUBSYSTEM=pci", f"DEVICE=+pci:{f.address}"))
+            )  # fmt: skip
+    lines.sort(key=lambda x: x[0])
+    out = []
+    for seq, (t, msg, prio, dict_lines) in enumerate(lines):
+        out.append(kmsg_record(seq, t, msg, prio))
+        out.extend(f" {d}\n" for d in dict_lines)
+    for i, (t, msg, prio) in enumerate(extra):
+        out.append(kmsg_record(len(lines) + i, t, msg, prio))
+    return "".join(out)
+
+
 class _Builder:
     def __init__(self, spec: HostSpec) -> None:
         self.spec = spec
@@ -854,7 +1028,20 @@ class _Builder:
         self._cgroup()
         self._loopback()
         self._pci()
+        self._dmi()
+        self._kmsg()
         return self.t.entries
+
+    def _dmi(self) -> None:
+        vendor, product = self.spec.dmi
+        self.t.file("sys/class/dmi/id/sys_vendor", vendor + "\n")
+        self.t.file("sys/class/dmi/id/product_name", product + "\n")
+
+    def _kmsg(self) -> None:
+        """dev/kmsg as a snapshot holds it: a boot log with the lines a healthy host of this
+        shape prints (PCI enumeration of the GPUs and NICs, the NVIDIA and mlx5 drivers) and
+        no XID."""
+        self.t.file("dev/kmsg", boot_log(self.spec))
 
     # -- procfs ------------------------------------------------------------------------
 
@@ -865,6 +1052,8 @@ class _Builder:
         t.file("proc/self/status", _proc_status(s))
         t.file("proc/self/cgroup", "0::/\n")
         t.file("proc/self/mountinfo", _proc_mountinfo(s))
+        # /proc/uptime: seconds up, seconds idle summed over CPUs (fs/proc/uptime.c)
+        t.file("proc/uptime", f"{s.uptime_s:.2f} {s.uptime_s * s.n_cpus * 0.97:.2f}\n")
 
     def _cgroup(self) -> None:
         t = self.t
@@ -984,6 +1173,11 @@ class _Builder:
             t.file(f"{p}/max_link_speed", (f.link.max_speed or f.link.speed) + "\n")
             mw = f.link.width if f.link.max_width is None else f.link.max_width
             t.file(f"{p}/max_link_width", f"{mw}\n")
+        if f.physfn is None:
+            t.file(f"{p}/config", config_space(f))
+            if f.link is not None:
+                for kind in AER_KINDS:
+                    t.file(f"{p}/aer_dev_{kind}", aer_text(kind))
         t.link(f"{p}/subsystem", "sys/bus/pci")
         t.link(f"sys/bus/pci/devices/{f.address}", p)
         if f.driver is not None:
@@ -1043,6 +1237,11 @@ class _Builder:
         t.file(f"{d}/ports/1/phys_state", r.phys_state + "\n")
         t.file(f"{d}/ports/1/link_layer", r.link_layer + "\n")
         t.file(f"{d}/ports/1/rate", r.rate + "\n")
+        counters = dict(r.counters)
+        for name in IB_COUNTERS:
+            t.file(f"{d}/ports/1/counters/{name}", f"{counters.pop(name, 0)}\n")
+        if counters:
+            raise SpecError(f"{r.name}: unknown IB counters {sorted(counters)}")
         t.link(f"{d}/device", parent)
         t.link(f"{d}/subsystem", "sys/class/infiniband")
         t.link(f"sys/class/infiniband/{r.name}", d)
@@ -1361,6 +1560,7 @@ def pcie_4x_l40s_2socket() -> HostSpec:
             gpu_bridge(0xC0, 1),
             hbe0,
         ),
+        dmi=("Supermicro", "AS-4125GS-TNRT"),
         description="from nvidia-smi topo -m in tests/fixtures/nvidia-smi/pcie-4x-l40s-2socket.txt",
     )
 
@@ -1536,6 +1736,7 @@ def dgx_a100() -> HostSpec:
             storage(0xE0, 4, 10),
         ),
         root_device="/dev/md0",
+        dmi=("NVIDIA", "DGXA100 920-23687-2530-000"),
         description="from nvidia-smi topo -m in tests/fixtures/nvidia-smi/dgx-a100.txt",
     )
 
@@ -1555,6 +1756,7 @@ def single_gpu_kvm_vm_h100_pcie() -> HostSpec:
             subsystem_vendor=V_REDHAT,
             label="QEMU pcie-root-port",
             children=(child,),
+            acs_ctrl=None,  # QEMU's generic root port has no ACS capability
         )
 
     virtio_net = DeviceSpec(
@@ -1675,6 +1877,7 @@ def single_gpu_kvm_vm_h100_pcie() -> HostSpec:
         numa=(NumaSpec(0, "0-251", 1848735744, (10,)),),
         host_bridges=(hb,),
         root_device="/dev/vda1",
+        dmi=("QEMU", "Standard PC (Q35 + ICH9, 2009)"),
         description=(
             "from nvidia-smi topo -m in tests/fixtures/nvidia-smi/single-gpu-kvm-vm-h100-pcie.txt"
         ),
@@ -1760,6 +1963,7 @@ def no_gpu_host() -> HostSpec:
                 ),
             ),
         ),
+        dmi=("Dell Inc.", "PowerEdge R650"),
         description="plain 1-socket server without GPUs or RDMA",
     )
 
@@ -1857,6 +2061,7 @@ def h100_nvl_pair(name: str = "h100-nvl-pair") -> HostSpec:
         ),
         host_bridges=(nvl(0x0001, 0), nvl(0x0002, 1)),
         root_device="/dev/sda2",
+        dmi=("Microsoft Corporation", "Virtual Machine"),
         description=(
             "H100 NVL pair, NVLink bridges "
             + ("inactive (Azure/azhpc-images#443)" if name.endswith("-inactive") else "active")
@@ -1906,6 +2111,7 @@ def grace_hopper_gh200() -> HostSpec:
             domain(0x0008, _nvme("nvme0", "S64HNE0T900311"), L_NVME),
             domain(0x0009, gh200, L_GPU_H100),
         ),
+        dmi=("Quanta Cloud Technology Inc.", "S74G-2U"),
         description="GH200: GPU memory as a CPU-less NUMA node",
     )
 
@@ -1929,7 +2135,7 @@ def fixture_hosts() -> dict[str, HostSpec]:
 # CLI
 # ==========================================================================================
 
-_GENERATED_TOP = frozenset({"sys", "proc", "mcpnode-snapshot.json"})
+_GENERATED_TOP = frozenset({"sys", "proc", "dev", "mcpnode-snapshot.json"})
 
 
 def _wipe_generated(path: Path) -> None:
@@ -1972,6 +2178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tests import nvmlgen  # imports mcpnode: only when NVML recordings are asked for
 
         for path in nvmlgen.write_cases(args.nvml_cases):
+            print(f"wrote {path}")
+        for path in nvmlgen.write_event_cases():
             print(f"wrote {path}")
         if args.out is None:
             return 0

@@ -100,14 +100,42 @@ class GpuModel:
     serial_prefix: str
     mig_capable: bool
     nvlink_version: int | None  # NVML enum (A100 5 = 3.1, H100 6 = 4.0); None: no NVLink
+    max_clocks_mhz: tuple[int, int] = (1980, 2619)  # SM, memory (`nvidia-smi -q -d CLOCK`)
+    power_limit_mw: int = 700_000  # default = enforced on a board nobody capped
+    nvlink_speed_mbps: int = 26562  # NVML_FI_DEV_NVLINK_GET_SPEED of one link
 
 
 H100_SXM = GpuModel("NVIDIA H100 80GB HBM3", 9, (9, 0), 81559 * MIB, 5, "165232203", True, 6)
-A100_SXM4_80GB = GpuModel("NVIDIA A100-SXM4-80GB", 7, (8, 0), 81920 * MIB, 4, "132132100", True, 5)
-L40S = GpuModel("NVIDIA L40S", 8, (8, 9), 46068 * MIB, 4, "132352400", False, None)
-H100_PCIE = GpuModel("NVIDIA H100 PCIe", 9, (9, 0), 81559 * MIB, 5, "132162303", True, None)
-H100_NVL = GpuModel("NVIDIA H100 NVL", 9, (9, 0), 95830 * MIB, 5, "165242401", True, 6)
-GH200 = GpuModel("NVIDIA GH200 480GB", 9, (9, 0), 97871 * MIB, 5, "165262400", True, None)
+A100_SXM4_80GB = GpuModel(
+    "NVIDIA A100-SXM4-80GB", 7, (8, 0), 81920 * MIB, 4, "132132100", True, 5,
+    max_clocks_mhz=(1410, 1593), power_limit_mw=400_000, nvlink_speed_mbps=25781,
+)  # fmt: skip
+L40S = GpuModel(
+    "NVIDIA L40S", 8, (8, 9), 46068 * MIB, 4, "132352400", False, None,
+    max_clocks_mhz=(2520, 9001), power_limit_mw=350_000,
+)  # fmt: skip
+H100_PCIE = GpuModel(
+    "NVIDIA H100 PCIe", 9, (9, 0), 81559 * MIB, 5, "132162303", True, None,
+    max_clocks_mhz=(1755, 1593), power_limit_mw=350_000,
+)  # fmt: skip
+H100_NVL = GpuModel(
+    "NVIDIA H100 NVL", 9, (9, 0), 95830 * MIB, 5, "165242401", True, 6,
+    max_clocks_mhz=(1785, 2619), power_limit_mw=400_000,
+)  # fmt: skip
+GH200 = GpuModel(
+    "NVIDIA GH200 480GB", 9, (9, 0), 97871 * MIB, 5, "165262400", True, None,
+    power_limit_mw=900_000,
+)  # fmt: skip
+
+# nvmlClocksEventReason* bits
+REASON_GPU_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+# nvmlGpuP2PStatus_t
+P2P_OK, P2P_CHIPSET_NOT_SUPPORTED = 0, 1
 
 
 @dataclass(frozen=True)
@@ -142,6 +170,18 @@ class GpuSpec:
     memory_affinity: tuple[int, ...] = ()
     numa_node_id: int | None = None  # None: NotSupported (everything but Grace)
     processes: tuple[tuple[int, int | None], ...] = ()  # (pid, used bytes)
+    clocks_event_reasons: int | None = REASON_GPU_IDLE  # an idle GPU, as a healthy host shows
+    temperature: tuple[int, int | None, int | None] | None = (34, 87, 92)  # now, slow, shutdown
+    power: tuple[int, int, int] | None = (72_000, 700_000, 700_000)  # use, enforced, default mW
+    clocks: tuple[int, int, int, int] | None = (345, 1980, 2619, 2619)  # SM, max, mem, max
+    # applications clocks SM, memory, then the defaults (NotSupported on consumer boards)
+    app_clocks: tuple[int, int, int, int] | None = (1980, 2619, 1980, 2619)
+    pcie_replays: int | None = 0
+    nvlink_speed_mbps: int = 26562
+    # (link, counter index, value) overriding the zero every error counter reads; None: the
+    # GPU keeps no NVLink DL counters (NotSupported)
+    nvlink_errors: tuple[tuple[int, int, int], ...] | None = ()
+    p2p_read: tuple[int, ...] = ()  # nvmlGpuP2PStatus_t per GPU index (own index ignored)
 
 
 @dataclass(frozen=True)
@@ -165,6 +205,8 @@ class NvmlSpec:
     # (fn, device or None for all, NVML error name or "LibraryMismatch")
     errors: tuple[tuple[str, int | None, str], ...] = ()
     lost: tuple[LostAt, ...] = ()
+    # XIDs the NVML event set delivers, in order: (device index, xid); then Timeout
+    xid_events: tuple[tuple[int, int], ...] = ()
 
     @property
     def nvml_version(self) -> str:
@@ -264,6 +306,76 @@ def _pcie(i: int) -> Handler:
     return lambda g, rest: _need(g.pcie)[i]
 
 
+def _temperature(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    (sensor,) = rest
+    if sensor != 0:
+        raise _InvalidArgument
+    return int(_need(g.temperature)[0])
+
+
+def _threshold(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    (kind,) = rest
+    _now, slowdown, shutdown = _need(g.temperature)
+    if kind == 0:
+        return int(_need(shutdown))
+    if kind == 1:
+        return int(_need(slowdown))
+    raise _NotSupported
+
+
+def _clock(column: int, max_column: int) -> Handler:
+    def answer(g: GpuSpec, rest: tuple[int, ...]) -> int:
+        (clock,) = rest
+        values = _need(g.clocks)
+        if clock == 1:
+            return int(values[column])
+        if clock == 2:
+            return int(values[max_column])
+        raise _InvalidArgument
+
+    return answer
+
+
+def _app_clock(offset: int) -> Handler:
+    def answer(g: GpuSpec, rest: tuple[int, ...]) -> int:
+        (clock,) = rest
+        values = _need(g.app_clocks)
+        if clock not in (1, 2):
+            raise _InvalidArgument
+        return int(values[offset + clock - 1])
+
+    return answer
+
+
+def _field(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    field, scope = rest
+    if field != 164:  # NVML_FI_DEV_NVLINK_GET_SPEED
+        raise SimulationGap(f"field {field} is not modelled")
+    _link(g, (scope,))
+    return g.nvlink_speed_mbps
+
+
+def _nvlink_error(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    link, counter = rest
+    _link(g, (link,))
+    errors: tuple[tuple[int, int, int], ...] = _need(g.nvlink_errors)
+    if not 0 <= counter <= 4:
+        raise _InvalidArgument
+    for at, c, value in errors:
+        if (at, c) == (link, counter):
+            return value
+    return 0
+
+
+def _p2p(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    other, caps = rest
+    if caps != 0:
+        raise SimulationGap(f"P2P caps index {caps} is not modelled")
+    if not 0 <= other < len(g.p2p_read):
+        raise _InvalidArgument
+    return g.p2p_read[other]
+
+
 # Every device call mcpnode makes, with its answer in LiveNvml._plain's shape.
 DEVICE_CALLS: dict[str, tuple[int, Handler]] = {
     # name: (number of arguments after the device index, handler)
@@ -315,7 +427,25 @@ DEVICE_CALLS: dict[str, tuple[int, Handler]] = {
         0,
         lambda g, r: [{"pid": pid, "usedGpuMemory": used} for pid, used in g.processes],
     ),
+    "nvmlDeviceGetCurrentClocksEventReasons": (0, lambda g, r: _need(g.clocks_event_reasons)),
+    "nvmlDeviceGetCurrentClocksThrottleReasons": (0, lambda g, r: _need(g.clocks_event_reasons)),
+    "nvmlDeviceGetTemperature": (1, _temperature),
+    "nvmlDeviceGetTemperatureThreshold": (1, _threshold),
+    "nvmlDeviceGetPowerUsage": (0, lambda g, r: _need(g.power)[0]),
+    "nvmlDeviceGetEnforcedPowerLimit": (0, lambda g, r: _need(g.power)[1]),
+    "nvmlDeviceGetPowerManagementDefaultLimit": (0, lambda g, r: _need(g.power)[2]),
+    "nvmlDeviceGetClockInfo": (1, _clock(0, 2)),
+    "nvmlDeviceGetMaxClockInfo": (1, _clock(1, 3)),
+    "nvmlDeviceGetApplicationsClock": (1, _app_clock(0)),
+    "nvmlDeviceGetDefaultApplicationsClock": (1, _app_clock(2)),
+    "nvmlDeviceGetPcieReplayCounter": (0, lambda g, r: _need(g.pcie_replays)),
+    "nvmlDeviceGetFieldValues": (2, _field),
+    "nvmlDeviceGetNvLinkErrorCounter": (2, _nvlink_error),
+    "nvmlDeviceGetP2PStatus": (2, _p2p),
+    "nvmlDeviceRegisterEvents": (2, lambda g, r: None),
 }
+# nvmlEventTypeXidCriticalError: the only event type mcpnode's agent registers
+EVENT_XID = 0x8
 
 
 class SimulatedNvml:
@@ -329,6 +459,8 @@ class SimulatedNvml:
         self._errors: Mapping[tuple[str, int | None], str] = {
             (fn, dev): name for fn, dev, name in spec.errors
         }
+        self._xids = list(spec.xid_events)
+        self._event_sets = 0
 
     def _error(self, name: str, fn: str) -> NvmlError:
         # The same typed error LiveNvml raises: error_for, with NVML's code (None for the
@@ -345,11 +477,14 @@ class SimulatedNvml:
             return None
         if not self._initialised:
             raise self._error("Uninitialized", fn)
+        if fn in ("nvmlEventSetWait_v2", "nvmlEventSetFree"):
+            return self._event(fn, args)
         system: dict[str, Callable[[], Any]] = {
             "nvmlSystemGetDriverVersion": lambda: s.driver,
             "nvmlSystemGetNVMLVersion": lambda: s.nvml_version,
             "nvmlSystemGetCudaDriverVersion": lambda: s.cuda,
             "nvmlDeviceGetCount": lambda: len(s.gpus),
+            "nvmlEventSetCreate": self._create_set,
         }
         if fn in system:
             if args:
@@ -380,6 +515,23 @@ class SimulatedNvml:
             raise self._error("NotSupported", fn) from None
         except _InvalidArgument:
             raise self._error("InvalidArgument", fn) from None
+
+    def _create_set(self) -> int:
+        self._event_sets += 1
+        return self._event_sets
+
+    def _event(self, fn: str, args: tuple[int, ...]) -> Any:
+        """An event set's wait (timeout 0, as the agent polls): the next queued XID, else
+        Timeout, which is what NVML answers when nothing happened."""
+        injected = self._errors.get((fn, None))
+        if injected is not None:
+            raise self._error(injected, fn)
+        if fn == "nvmlEventSetFree":
+            return None
+        if not self._xids:
+            raise self._error("Timeout", fn)
+        device, xid = self._xids.pop(0)
+        return {"device": device, "eventType": EVENT_XID, "eventData": xid}
 
     def close(self) -> None:
         pass
@@ -461,6 +613,10 @@ def base_gpus(host: HostSpec, model: GpuModel) -> tuple[GpuSpec, ...]:
                     f.link.max_width if f.link.max_width is not None else width,
                 ),
                 nvlink_version=model.nvlink_version or 0,
+                nvlink_speed_mbps=model.nvlink_speed_mbps,
+                power=(72_000, model.power_limit_mw, model.power_limit_mw),
+                clocks=(345, *model.max_clocks_mhz[:1], *model.max_clocks_mhz[1:] * 2),
+                app_clocks=(*model.max_clocks_mhz, *model.max_clocks_mhz),
                 cpu_affinity_node=tuple(local),
                 cpu_affinity_socket=tuple(socket),
                 memory_affinity=tuple(mem),
@@ -492,6 +648,22 @@ def bridge_links(peer: GpuSpec, count: int, active: bool) -> tuple[NvLinkSpec, .
     )
 
 
+def with_p2p(host: HostSpec, spec: NvmlSpec) -> NvmlSpec:
+    """nvmlDeviceGetP2PStatus(READ) for every pair, as the driver decides it: OK over NVLink
+    (bridge or NVSwitch) and over PCIe within one NUMA node; CNS (chipset not supported)
+    across sockets, where the CPUs' interconnect does not forward peer traffic."""
+    nodes = [f.node for f in gpu_functions(host)]
+    out = []
+    for i, g in enumerate(spec.gpus):
+        row = []
+        for j in range(len(spec.gpus)):
+            nvlinked = bool(g.nvlinks) and bool(spec.gpus[j].nvlinks)
+            same_node = nodes[i] == nodes[j] and nodes[i] >= 0
+            row.append(P2P_OK if nvlinked or same_node or i == j else P2P_CHIPSET_NOT_SUPPORTED)
+        out.append(replace(g, p2p_read=tuple(row)))
+    return replace(spec, gpus=tuple(out))
+
+
 def hgx_h100_nvml(host: HostSpec) -> NvmlSpec:
     """8x H100 SXM: 18 links each to the 4 NVSwitches, Fabric Manager done (COMPLETED)."""
     switches = nvswitch_functions(host)
@@ -509,7 +681,7 @@ def hgx_h100_nvml(host: HostSpec) -> NvmlSpec:
                 memory_used_bytes=g.memory_used_bytes + sum(p[1] or 0 for p in procs),
             )
         )
-    return NvmlSpec(tuple(gpus), driver="570.133.20", cuda=12080)
+    return with_p2p(host, NvmlSpec(tuple(gpus), driver="570.133.20", cuda=12080))
 
 
 def dgx_a100_nvml(host: HostSpec) -> NvmlSpec:
@@ -521,31 +693,38 @@ def dgx_a100_nvml(host: HostSpec) -> NvmlSpec:
         replace(g, nvlinks=switch_links(switches, pattern, 0), nvlink_version=5)
         for g in base_gpus(host, A100_SXM4_80GB)
     )
-    return NvmlSpec(gpus, driver="535.183.01", cuda=12020)
+    return with_p2p(host, NvmlSpec(gpus, driver="535.183.01", cuda=12020))
 
 
 def l40s_nvml(host: HostSpec) -> NvmlSpec:
     """4x L40S: no NVLink, no fabric, no MIG (Ada: NotSupported)."""
-    return NvmlSpec(base_gpus(host, L40S), driver="550.90.07", cuda=12040)
+    return with_p2p(host, NvmlSpec(base_gpus(host, L40S), driver="550.90.07", cuda=12040))
 
 
 def vm_h100_pcie_nvml(host: HostSpec) -> NvmlSpec:
     """H100 PCIe passed through to a KVM guest: no NVLink ("does not have or support Nvlink"),
     no fabric; sysfs numa_node is -1 there, NVML's memory affinity says node 0."""
     (g,) = base_gpus(host, H100_PCIE)
-    return NvmlSpec((replace(g, memory_affinity=(0,)),), driver="575.57.08", cuda=12090)
+    # PCIe counters are not passed through to this guest: NVML answers NotSupported
+    g = replace(g, pcie_replays=None)
+    return with_p2p(
+        host, NvmlSpec((replace(g, memory_affinity=(0,)),), driver="575.57.08", cuda=12090)
+    )
 
 
 def h100_nvl_pair_nvml(host: HostSpec, *, active: bool = True) -> NvmlSpec:
     """2x H100 NVL joined by NVLink bridges: 12 links each, far end the peer GPU."""
     a, b = base_gpus(host, H100_NVL)
-    return NvmlSpec(
-        (
-            replace(a, nvlinks=bridge_links(b, 12, active), module_id=1),
-            replace(b, nvlinks=bridge_links(a, 12, active), module_id=1),
+    return with_p2p(
+        host,
+        NvmlSpec(
+            (
+                replace(a, nvlinks=bridge_links(b, 12, active), module_id=1),
+                replace(b, nvlinks=bridge_links(a, 12, active), module_id=1),
+            ),
+            driver="550.54.15",
+            cuda=12040,
         ),
-        driver="550.54.15",
-        cuda=12040,
     )
 
 
@@ -553,7 +732,10 @@ def gh200_nvml(host: HostSpec) -> NvmlSpec:
     """GH200: GPU memory is NUMA node 1 (CPU-less); memory affinity names the Grace node 0, the
     CPUs' own memory, not the GPU's node. No NVLink or fabric on a standalone GH200."""
     (g,) = base_gpus(host, GH200)
-    return NvmlSpec((replace(g, numa_node_id=1),), driver="560.35.03", cuda=12060)
+    # R560+ reports thresholds relative to T.Limit (`nvidia-smi -q`: gpu_temp_slow_tlimit_
+    # threshold); the absolute slowdown/shutdown thresholds answer NotSupported
+    g = replace(g, temperature=(41, None, None))
+    return with_p2p(host, NvmlSpec((replace(g, numa_node_id=1),), driver="560.35.03", cuda=12060))
 
 
 def fixture_nvml(host: HostSpec) -> NvmlSpec | None:
@@ -622,7 +804,12 @@ def nvml_case(name: str) -> tuple[HostSpec, NvmlSpec]:
             dgx_a100_nvml(a100),
             driver="470.57.02",
             cuda=11040,
-            errors=(("nvmlDeviceGetGpuFabricInfo", None, "FunctionNotFound"),),
+            errors=(
+                ("nvmlDeviceGetGpuFabricInfo", None, "FunctionNotFound"),
+                # R535 renamed the clocks throttle reasons to event reasons: an R470 driver
+                # has only the old name, which mcpnode falls back to
+                ("nvmlDeviceGetCurrentClocksEventReasons", None, "FunctionNotFound"),
+            ),
         )
     if name == "mig-enabled":
         # MIG on (current and pending): remapped rows and compute mode want a MIG device handle
@@ -631,6 +818,15 @@ def nvml_case(name: str) -> tuple[HostSpec, NvmlSpec]:
         (g,) = base.gpus
         mig = replace(g, mig=(1, 1), remapped_rows=None, compute_mode=None)
         return vm, replace(base, gpus=(mig,))
+    if name == "no-permission-counters":
+        # NVLink error counters and the PCIe replay counter refused to this reader
+        return host, replace(
+            spec,
+            errors=(
+                ("nvmlDeviceGetNvLinkErrorCounter", None, "NoPermission"),
+                ("nvmlDeviceGetPcieReplayCounter", None, "NoPermission"),
+            ),
+        )
     raise KeyError(name)
 
 
@@ -645,6 +841,7 @@ NVML_CASES = (
     "process-abi-mismatch",
     "function-not-found",
     "fabric-in-progress",
+    "no-permission-counters",
 )
 
 
@@ -721,4 +918,75 @@ def write_cases(dest: Path, names: Sequence[str] = NVML_CASES) -> list[Path]:
             out = dest / f"{name}.json"
             out.write_text(nvml_json(record(root, spec)["nvml"]))
             written.append(out)
+    return written
+
+
+# ==========================================================================================
+# NVML event sets: what the agent's XID watcher asks (tests/fixtures/nvml-events/<case>.json)
+# ==========================================================================================
+
+EVENTS_DIR = Path(__file__).resolve().parent / "fixtures" / "nvml-events"
+
+
+def event_cases() -> dict[str, tuple[HostSpec, NvmlSpec, int]]:
+    """case -> (host, NVML, how many polls the recording holds). The HGX H100 unless said."""
+    host = fixturegen.hgx_h100_8gpu_8nic()
+    spec = hgx_h100_nvml(host)
+    return {
+        # Xid 79 on GPU 2 at the second poll, Xid 13 on GPU 5 at the third, then quiet
+        "xid-79-then-13": (host, replace(spec, xid_events=((2, 79), (5, 13))), 4),
+        # a vGPU / restricted driver: registering the XID event is refused on every GPU
+        "register-not-supported": (
+            host,
+            replace(spec, errors=(("nvmlDeviceRegisterEvents", None, "NotSupported"),)),
+            1,
+        ),
+        # an older libnvidia-ml without nvmlEventSetWait_v2
+        "wait-function-not-found": (
+            host,
+            replace(spec, errors=(("nvmlEventSetWait_v2", None, "FunctionNotFound"),)),
+            1,
+        ),
+    }
+
+
+def record_events(host_root: Path | str, spec: NvmlSpec, polls: int) -> dict[str, Any]:
+    """The agent's NVML XID watcher opening its event set on the host's GPUs and polling it
+    `polls` times, against the simulation: only the watcher's calls are recorded (discovery's
+    are the host fixture's). One XID is released per poll after the first, so a replay shows
+    an empty poll, then the events one by one."""
+    from mcpnode.agent.health import NvmlXidEvents
+
+    sim = SimulatedNvml(replace(spec, xid_events=()))
+    with Host(host_root) as host:
+        topo = discover(host, sim)  # the host fixture's own recording holds these answers
+    rec = RecordingNvml(sim)
+    addresses = {g.nvml.index: g.address for g in topo.gpus if g.nvml is not None}
+
+    class _Quiet:
+        def __getattr__(self, _name: str) -> Callable[..., None]:
+            return lambda *a, **k: None
+
+    watcher = NvmlXidEvents(rec, addresses, _Quiet())
+    watcher.register()
+    pending = list(spec.xid_events)
+    for i in range(polls):
+        if i > 0 and pending:
+            sim._xids.append(pending.pop(0))
+        watcher.poll()
+    watcher.close()
+    return {"nvml": {"calls": rec.to_json()}}
+
+
+def write_event_cases(dest: Path = EVENTS_DIR) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (host, spec, polls) in event_cases().items():
+        root = fixturegen.fixture_hosts()[host.name]
+        with tempfile.TemporaryDirectory(prefix="nvmlgen-") as tmp:
+            tree = Path(tmp) / host.name
+            fixturegen.write_host(root, tree)
+            out = dest / f"{name}.json"
+            out.write_text(nvml_json(record_events(tree, spec, polls)["nvml"]))
+        written.append(out)
     return written

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import get_args
 
@@ -37,6 +38,7 @@ from mcpnode.agent.config import (
     load_config,
     parse_config,
 )
+from mcpnode.audit.expectation import Expectation
 from mcpnode.cli.config_cmd import as_toml, config, summary_line
 from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
 from mcpnode.host import Host
@@ -157,6 +159,27 @@ BAD_VALUES = [
     ("[log]\nformat = 'text'", "log.format", "auto, json, console"),
     ("[log]\nlevel = 'WARNING'", "log.level", "debug, info, warning, error"),
     ("[log]\nlevel = 'trace'", "log.level", "debug, info, warning, error"),
+    # [health]
+    ("[health]\ninterval = 0", "health.interval", "out of range (0.1..3600 seconds)"),
+    ("[health]\ninterval = 'fast'", "health.interval", "number of seconds"),
+    ("[health]\nnvml_events = 1", "health.nvml_events", "true or false"),
+    ("[health]\nkmsg = true", "health.kmsg", "unknown key (keys of [health]: interval"),
+    # [expect] (audit/expect.py parses it, the errors name the file and key the same way)
+    ("expect = 8", "expect", "must be a table ([expect])"),
+    ("[expect]\ngpus = 8", "expect.gpus", "unknown key (keys of [expect]: gpu_count"),
+    ("[expect]\ngpu_count = -1", "expect.gpu_count", "integer 0..1024"),
+    ("[expect]\ngpu_count = true", "expect.gpu_count", "integer 0..1024"),
+    ("[expect]\ngpu_model = ''", "expect.gpu_model", "NVML's product name"),
+    ("[expect]\ngpu_model = 80", "expect.gpu_model", "NVML's product name"),
+    ("[expect]\nnvlinks_per_gpu = 40", "expect.nvlinks_per_gpu", "integer 0..36"),
+    ("[expect]\npcie_gen = 9", "expect.pcie_gen", "integer 1..7"),
+    ("[expect]\npcie_width = 0", "expect.pcie_width", "integer 1..32"),
+    ("[expect]\nnic_count = 'eight'", "expect.nic_count", "integer 0..1024"),
+    ("[expect]\nnic_rate_gbps = 0", "expect.nic_rate_gbps", "positive number"),
+    ("[expect]\nnic_rate_gbps = '400'", "expect.nic_rate_gbps", "positive number"),
+    ("[expect]\nnuma_nodes = 0", "expect.numa_nodes", "integer 1..1024"),
+    ("[expect]\ndriver_min = 550", "expect.driver_min", "version such as '550.54'"),
+    ("[expect]\ndriver_min = 'r550'", "expect.driver_min", "version such as '550.54'"),
 ]
 
 
@@ -171,6 +194,8 @@ def test_every_key_has_a_bad_value_case() -> None:
     for section, keys in SECTIONS.items():
         for key in keys:
             assert f"{section}.{key}" in covered
+    for f in fields(Expectation):  # [expect]'s keys are the expectation's fields
+        assert f"expect.{f.name}" in covered
 
 
 # -- structure: sections, unknown keys, rules ----------------------------------------------

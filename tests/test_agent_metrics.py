@@ -206,6 +206,12 @@ def feed(m: AgentMetrics) -> None:
     m.count_config_reload("ok")
     m.count_config_reload("rejected")
     m.count_config_reload("rejected")
+    m.count_xid("0000:3a:00.0", 79)
+    m.count_xid("0000:3a:00.0", 79)
+    m.count_xid("0000:18:00.0", 13)
+    m.count_sxid("0000:07:00.0", 24007)
+    m.set_ib_link_downed("mlx5_0/1", 3)
+    m.count_ib_flap("mlx5_0/1", 2)
 
 
 ALL_FAMILIES = {
@@ -232,6 +238,10 @@ ALL_FAMILIES = {
     "mcpnode_config_reload",
     "mcpnode_scrapes",
     "mcpnode_http_connections_dropped",
+    "mcpnode_gpu_xid",
+    "mcpnode_nvswitch_sxid",
+    "mcpnode_ib_link_flaps",
+    "mcpnode_ib_link_downed",
 }
 
 
@@ -282,6 +292,11 @@ def test_scrape_serves_every_family_with_its_values(
     assert s[("mcpnode_config_reload_total", (("result", "ok"),))] == 1
     assert s[("mcpnode_config_reload_total", (("result", "rejected"),))] == 2
     assert s[("mcpnode_scrapes_total", ())] == 1  # this scrape counts itself
+    assert s[("mcpnode_gpu_xid_total", (("gpu", "0000:3a:00.0"), ("xid", "79")))] == 2
+    assert s[("mcpnode_gpu_xid_total", (("gpu", "0000:18:00.0"), ("xid", "13")))] == 1
+    assert s[("mcpnode_nvswitch_sxid_total", (("switch", "0000:07:00.0"), ("sxid", "24007")))] == 1
+    assert s[("mcpnode_ib_link_flaps_total", (("port", "mlx5_0/1"),))] == 2
+    assert s[("mcpnode_ib_link_downed", (("port", "mlx5_0/1"),))] == 3
     assert not [name for name, _ in s if name.endswith("_created")]
 
 
@@ -311,6 +326,7 @@ def test_measured_gauges_are_absent_until_measured(metrics: AgentMetrics) -> Non
         "mcpnode_apply_last_timestamp_seconds",
         "mcpnode_pinned_processes",
         "mcpnode_audit_findings",
+        "mcpnode_ib_link_downed",
     }
     s = samples(metrics.render())
     # Fixed label sets are there from the start, at 0, so rate() sees the first event.

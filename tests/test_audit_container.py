@@ -541,7 +541,8 @@ KEY_STATUS: dict[str, dict[str, str]] = {
         "container.toolkit.cli_lib": "PASS",
         "container.toolkit.match": "FAIL",
     },
-    "docker-with-nvidia": {"container.runtime.docker": "PASS"},
+    # docker's default driver on cgroup v2 is systemd: nothing to disagree with
+    "docker-with-nvidia": {"container.runtime.docker": "PASS", "container.cgroup.driver": "PASS"},
     "docker-without-nvidia": {"container.runtime.docker": "WARN"},
     "containerd-confd": {"container.runtime.containerd": "PASS"},
     "containerd-configd": {"container.runtime.containerd": "PASS"},
@@ -572,6 +573,9 @@ KEY_STATUS: dict[str, dict[str, str]] = {
     "no-gpu-no-toolkit": {"container.toolkit.present": "SKIP"},
     "gpu-no-toolkit": {"container.toolkit.present": "INFO"},
     "gpu-no-toolkit-docker": {"container.toolkit.present": "WARN"},
+    "cgroup-driver-mismatch": {"container.cgroup.driver": "FAIL"},
+    "cgroup-driver-systemd": {"container.cgroup.driver": "PASS"},
+    "docker-info-cgroupfs-v2": {"container.cgroup.driver": "WARN"},
 }
 
 
@@ -710,7 +714,11 @@ def test_broken_daemon_json_fails_even_without_toolkit(tmp_path: Path, topology:
     }  # fmt: skip
     root = build_root(tmp_path, commands, {"etc/docker/daemon.json": "{"})
     st = statuses(run_root(root, make_ctx(topology)))
-    assert st == {"container.toolkit.present": "WARN", "container.runtime.docker": "FAIL"}
+    assert st == {
+        "container.toolkit.present": "WARN",
+        "container.runtime.docker": "FAIL",
+        "container.cgroup.driver": "SKIP",  # the driver is in the file that does not parse
+    }
 
 
 V3 = 'plugins."io.containerd.cri.v1.runtime".containerd'

@@ -4,9 +4,11 @@ nvidia-smi over a tree with recorded NVML answers."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,18 @@ from tests.device.compare import (
     GpuFacts,
     GpuReport,
     InputError,
+    compare_audits,
     compare_gpus,
+    compare_health,
+    compare_p2p,
+    compare_replay,
     compare_topo,
     main,
     normalise_bus_id,
     parse_mcpnode_gpus,
     parse_nvlink_status,
+    parse_p2p_matrix,
+    parse_smi_health,
     parse_smi_xml,
     with_nvlinks,
 )
@@ -35,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 SAMPLE = HERE / "device" / "sample-nvidia-smi-q.xml"
 CHECK = HERE / "device" / "check.sh"
 NVSMI = HERE / "fixtures" / "nvidia-smi"
+HOSTS = HERE / "fixtures" / "hosts"
 UUID0 = "GPU-0b5c1f0e-6a1d-4c2e-9f3b-1a2b3c4d5e6f"
 UUID1 = "GPU-7d8e9f00-1122-4334-8556-778899aabbcc"
 
@@ -513,3 +522,135 @@ def test_check_sh_prints_differences(tmp_path: Path) -> None:
     assert "DIFF GPU0 0000:01:00.0 persistence_mode: nvidia-smi no | mcpnode yes" in out
     assert "DIFF GPU0 0000:01:00.0 nvlink_active: nvidia-smi 17 | mcpnode 18" in out
     assert "check.sh: mcpnode and nvidia-smi differ" in out
+
+
+# -- health facts, the P2P matrix, replay ----------------------------------------------------------
+
+
+def _mcp_health(**over: int | None) -> dict[str, tuple[dict[str, int | None], dict[str, str]]]:
+    facts: dict[str, int | None] = {
+        "clocks_event_reasons": 0x1,
+        "temperature_c": 33,
+        "power_limit_mw": 700_000,
+        "power_default_limit_mw": 700_000,
+        "clock_sm_max_mhz": 1980,
+        "clock_mem_max_mhz": 2619,
+        "app_clock_sm_mhz": 1980,
+        "app_clock_mem_mhz": 2619,
+        "default_app_clock_sm_mhz": 1980,
+        "default_app_clock_mem_mhz": 2619,
+        "pcie_replay_count": 0,
+    }
+    facts.update(over)
+    why = {"clocks_event_reasons": "NotRecorded"} if facts["clocks_event_reasons"] is None else {}
+    return {"0000:18:00.0": (facts, why)}
+
+
+def test_parse_smi_health() -> None:
+    got = parse_smi_health(SAMPLE.read_text())
+    assert got["0000:18:00.0"]["clocks_event_reasons"] == 0x1  # GpuIdle
+    sick = got["0000:2a:00.0"]
+    assert (sick["clocks_event_reasons"], sick["temperature_c"]) == (0x8, 88)
+    assert (sick["power_limit_mw"], sick["power_default_limit_mw"]) == (500_000, 700_000)
+    assert (sick["app_clock_sm_mhz"], sick["clock_sm_max_mhz"]) == (1410, 1980)
+
+
+def test_compare_health_tolerates_readings_a_moment_apart() -> None:
+    smi = {"0000:18:00.0": parse_smi_health(SAMPLE.read_text())["0000:18:00.0"]}
+    # idle bit gone, 3 C cooler, 12 more replays since: the same GPU read twice
+    ok = compare_health(smi, _mcp_health(clocks_event_reasons=0x0, pcie_replay_count=0))
+    assert ok.diffs == () and ok.compared == 11
+    smi["0000:18:00.0"] = {**smi["0000:18:00.0"], "pcie_replay_count": 12}
+    assert compare_health(smi, _mcp_health()).diffs == ()
+    bad = compare_health(smi, _mcp_health(temperature_c=50, power_limit_mw=500_000))
+    assert [str(d) for d in bad.diffs] == [
+        "DIFF 0000:18:00.0 temperature_c: nvidia-smi 36 | mcpnode 50",
+        "DIFF 0000:18:00.0 power_limit_mw: nvidia-smi 700000 | mcpnode 500000",
+    ]
+    replayed = compare_health(smi, _mcp_health(clocks_event_reasons=None))
+    assert replayed.diffs == ()
+    assert replayed.notes == (
+        "0000:18:00.0 clocks_event_reasons: not recorded in mcpnode's root (nvidia-smi 1)",
+    )
+
+
+P2P_R = """\
+ \tGPU0\tGPU1\tGPU2\t
+ GPU0\tX\tOK\tCNS\t
+ GPU1\tOK\tX\tCNS\t
+ GPU2\tCNS\tCNS\tX\t
+
+Legend:
+
+  X    = Self
+  OK   = Status Ok
+  CNS  = Chipset not supported
+"""
+
+
+def test_p2p_matrix_against_mcpnode(tmp_path: Path) -> None:
+    smi = parse_p2p_matrix(P2P_R)
+    assert smi["GPU0", "GPU2"] == "CNS" and smi["GPU1", "GPU1"] == "X"
+    res = CliRunner().invoke(cli, ["topo", "--p2p", "--root", str(HOSTS / "pcie-4x-l40s-2socket")])
+    mcp = parse_p2p_matrix(res.stdout)  # its first matrix is NVML's
+    assert mcp["GPU0", "GPU3"] == "CNS" and mcp["GPU0", "GPU1"] == "OK"
+    diff = compare_p2p(smi, {**smi, ("GPU0", "GPU2"): "OK"})
+    assert [str(d) for d in diff.diffs] == [
+        "DIFF GPU0 x GPU2 p2p read: nvidia-smi CNS | mcpnode OK"
+    ]
+    with pytest.raises(InputError):
+        parse_p2p_matrix("no matrix\n")
+
+
+def test_replay_of_a_snapshot_equals_its_capture(tmp_path: Path) -> None:
+    snap = tmp_path / "snap.tar.gz"
+    res = CliRunner().invoke(
+        cli, ["snapshot", "--root", str(HOSTS / "hgx-h100-8gpu-8nic"), "-o", str(snap)]
+    )
+    assert res.exit_code == 0, res.output
+    assert compare_replay(snap).diffs == ()
+    with tarfile.open(snap) as tf:
+        names = set(tf.getnames())
+    top = "mcpnode-snapshot"
+    assert f"{top}/dev/kmsg" in names  # the kernel log, for the XIDs
+    assert f"{top}/sys/devices/pci0000:37/0000:37:01.0/0000:38:00.0/0000:39:00.0/config" in names
+    assert any(n.endswith("/aer_dev_fatal") for n in names)
+    assert any(n.endswith("/ports/1/counters/link_downed") for n in names)
+    live = CliRunner().invoke(
+        cli,
+        [
+            "audit",
+            "--root",
+            str(HOSTS / "hgx-h100-8gpu-8nic"),
+            "--only",
+            "gpu.xid",
+            "--only",
+            "pcie",
+            "--only",
+            "ib",
+            "--only",
+            "p2p",
+            "--format",
+            "json",
+        ],
+    )
+    replay = CliRunner().invoke(
+        cli,
+        [
+            "audit",
+            "--root",
+            str(snap),
+            "--only",
+            "gpu.xid",
+            "--only",
+            "pcie",
+            "--only",
+            "ib",
+            "--only",
+            "p2p",
+            "--format",
+            "json",
+        ],
+    )
+    result = compare_audits(json.loads(live.stdout), json.loads(replay.stdout))
+    assert result.diffs == () and result.compared > 40

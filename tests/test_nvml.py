@@ -363,7 +363,10 @@ def test_simulated_answers_have_live_shapes() -> None:
             "status": "int",
         },
     }
-    assert set(recorded) == set(nvmlgen.DEVICE_CALLS) | set(system)
+    # Recorded on no host fixture: the R470 fallback (tests/fixtures/nvml/function-not-found)
+    # and the agent's event registration (tests/test_agent_health.py).
+    elsewhere = {"nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceRegisterEvents"}
+    assert set(recorded) == (set(nvmlgen.DEVICE_CALLS) - elsewhere) | set(system)
     for fn, values in sorted(recorded.items()):
         if fn in system:
             want = system[fn]
@@ -397,7 +400,7 @@ def test_simulation_refuses_what_it_does_not_model() -> None:
     assert info.value.name == "Uninitialized"
     sim.call("nvmlInit")
     with pytest.raises(nvmlgen.SimulationGap):
-        sim.call("nvmlDeviceGetP2PStatus", 0, 1, 0)
+        sim.call("nvmlDeviceGetP2PStatus", 0, 1, 1)  # WRITE caps: not modelled
     with pytest.raises(nvmlgen.SimulationGap):
         sim.call("nvmlDeviceGetNvLinkState", 0)
     with pytest.raises(NvmlNoSuchLink):

@@ -72,6 +72,30 @@ FACT_FIELDS: dict[str, tuple[str, ...]] = {
     "memory_affinity": ("memory_affinity_nodes",),
     "memory_numa_node": ("memory_numa_node",),
     "processes": ("processes",),
+    "clocks_event_reasons": ("clocks_event_reasons",),
+    "temperature": ("temperature_c",),
+    "temperature_slowdown": ("temperature_slowdown_c",),
+    "temperature_shutdown": ("temperature_shutdown_c",),
+    "power_usage": ("power_usage_mw",),
+    "power_limit": ("power_limit_mw",),
+    "power_default_limit": ("power_default_limit_mw",),
+    "clock_sm": ("clock_sm_mhz",),
+    "clock_max_sm": ("clock_sm_max_mhz",),
+    "clock_mem": ("clock_mem_mhz",),
+    "clock_max_mem": ("clock_mem_max_mhz",),
+    "app_clock_sm": ("app_clock_sm_mhz",),
+    "app_clock_mem": ("app_clock_mem_mhz",),
+    "default_app_clock_sm": ("default_app_clock_sm_mhz",),
+    "default_app_clock_mem": ("default_app_clock_mem_mhz",),
+    "pcie_replay_count": ("pcie_replay_count",),
+}
+# NvLink fields per per-link fact suffix in `unavailable` (`nvlink3.speed`, ...)
+LINK_FIELDS = {
+    "speed": "speed_mbps",
+    "replay_errors": "replay_errors",
+    "recovery_errors": "recovery_errors",
+    "crc_flit_errors": "crc_flit_errors",
+    "crc_data_errors": "crc_data_errors",
 }
 
 
@@ -117,6 +141,14 @@ def assert_none_means_unavailable(g: NvmlGpu) -> None:
         assert g.nvlinks == (), (g.index, g.nvlinks)
     extra = set(why) - set(FACT_FIELDS) - {"nvlink"}
     assert all(f.startswith("nvlink") for f in extra), extra
+    for link in g.nvlinks:
+        for suffix, field in LINK_FIELDS.items():
+            value = getattr(link, field)
+            said = f"nvlink{link.link}.{suffix}" in why
+            if suffix != "speed" and not said and value is None:
+                # counters asked only while the first link answered: said once for all
+                said = any(f"nvlink{x.link}.{suffix}" in why for x in g.nvlinks[:1])
+            assert (value is None) == said, (g.index, link.link, suffix, value)
 
 
 # -- the committed recordings are what the generator makes ----------------------------------
@@ -327,6 +359,7 @@ def test_every_case_is_tested() -> None:
         "process-abi-mismatch",
         "function-not-found",
         "fabric-in-progress",
+        "no-permission-counters",
     }
     assert tested == set(nvmlgen.NVML_CASES)
     assert {p.stem for p in CASES.glob("*.json")} == tested
@@ -443,6 +476,64 @@ def test_function_not_found() -> None:
     # no fabric state to wait for (as on A100 generally): the switch links still count
     assert matrix_cells(topo)["GPU0", "GPU7"] == "NV12"
     assert codes(topo, "nvlink.fabric-not-ready") == []
+
+
+def test_function_not_found_falls_back_to_throttle_reasons() -> None:
+    """R470 has no nvmlDeviceGetCurrentClocksEventReasons (R535 renamed it): the answer comes
+    from the old name, recorded after the FunctionNotFound, and nothing is left unknown."""
+    calls = load_case("function-not-found")
+    asked = [c["fn"] for c in calls if c["args"][:1] == [0] and "Clocks" in c["fn"]]
+    assert asked == [
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+    ]
+    topo = replay_case("function-not-found")
+    for gpu in topo.gpus:
+        assert gpu.nvml is not None
+        assert gpu.nvml.clocks_event_reasons == nvmlgen.REASON_GPU_IDLE
+        assert "clocks_event_reasons" not in reasons(gpu.nvml)
+
+
+def test_no_permission_counters() -> None:
+    """NVLink error counters and the PCIe replay counter refused: None with NoPermission, the
+    links themselves and every other fact still there."""
+    topo = replay_case("no-permission-counters")
+    _all_gpus_checked(topo)
+    for gpu in topo.gpus:
+        f = gpu.nvml
+        assert f is not None
+        why = reasons(f)
+        assert why["pcie_replay_count"] == "NoPermission" and f.pcie_replay_count is None
+        assert why["nvlink0.replay_errors"] == "NoPermission"
+        assert all(x.replay_errors is None and x.crc_flit_errors is None for x in f.nvlinks)
+        assert f.active_links == 18 and f.nvlinks[0].speed_mbps == 26562
+        # counters refused on link 0 are not asked again for the other 17 links
+        assert "nvlink1.replay_errors" not in why
+
+
+def test_fixtures_carry_not_supported_health_facts() -> None:
+    """NotSupported as real hosts answer it: a guest without the PCIe counters, a GH200 whose
+    driver reports temperature thresholds relative to T.Limit only."""
+    (vm,) = fixture_topo("single-gpu-kvm-vm-h100-pcie").gpus
+    assert vm.nvml is not None and reasons(vm.nvml)["pcie_replay_count"] == "NotSupported"
+    (gh,) = fixture_topo("grace-hopper-gh200").gpus
+    assert gh.nvml is not None and gh.nvml.temperature_c == 41
+    assert reasons(gh.nvml)["temperature_slowdown"] == "NotSupported"
+    assert gh.nvml.temperature_slowdown_c is None
+
+
+def test_p2p_status_recorded_for_every_pair() -> None:
+    topo = fixture_topo("hgx-h100-8gpu-8nic")
+    assert topo.nvml is not None
+    got = {(p.a, p.b): p.status for p in topo.nvml.p2p_read}
+    assert len(got) == 8 * 7 and set(got.values()) == {"OK"}
+    l40s = fixture_topo("pcie-4x-l40s-2socket").nvml
+    assert l40s is not None
+    cross = {(p.a, p.b): p.status for p in l40s.p2p_read}
+    assert cross[0, 1] == "OK" and cross[0, 3] == "CNS"  # same socket; across sockets
+    lost = replay_case("gpu-lost").nvml
+    assert lost is not None
+    assert {p.reason for p in lost.p2p_read if 3 in (p.a, p.b)} == {"GpuIsLost"}
 
 
 def test_fabric_in_progress() -> None:

@@ -17,7 +17,8 @@ Three kinds of check, none of which touches this machine's systemd (no systemctl
   (and the table below) account for it.
 
 Measured here (systemd 252.38, Debian 12): verify prints nothing for either unit; exposure
-3.1 for mcpnode.service and 2.0 for mcpnode-audit.service.
+3.4 for mcpnode.service (3.1 before it read the kernel log: ProtectKernelLogs=no, CAP_SYSLOG)
+and 2.0 for mcpnode-audit.service.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ WRITERS = {
     "mcpnode/placement/systemd.py": "`mcpnode systemd-dropin --write`: by hand, never the agent",
     "mcpnode/cli/fast.py": "`python -m mcpnode.cli.fast --write-help`: its own help_text.py",
     "mcpnode/probe/record.py": "`mcpnode probe` keeps its run: by hand, never the agent or audit",
+    "mcpnode/cli/health_cmd.py": "`mcpnode expect --write FILE`: by hand, never the agent",
 }
 WRITE_CALL = re.compile(
     r"\b(write_file_atomic|write_atomic|write_text|write_bytes)\(|\bhost\.remove\("
@@ -280,7 +282,13 @@ def test_agent_unit_contract() -> None:
 def test_agent_capabilities() -> None:
     unit = load(AGENT_UNIT)
     caps = set(words(unit, "Service", "CapabilityBoundingSet"))
-    assert caps == {"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_NICE", "CAP_DAC_OVERRIDE"}
+    assert caps == {
+        "CAP_SYS_ADMIN",
+        "CAP_NET_ADMIN",
+        "CAP_SYS_NICE",
+        "CAP_DAC_OVERRIDE",
+        "CAP_SYSLOG",  # /dev/kmsg under kernel.dmesg_restrict=1: the XID watcher
+    }
     # Module loading is either fully off or fully on, never half.
     assert last(unit, "Service", "ProtectKernelModules") == "yes"
     assert "CAP_SYS_MODULE" not in caps
@@ -519,6 +527,7 @@ AGENT_RELAXED = (  # ✗ on purpose: docs/service.md says why
     "PrivateDevices=",
     "ProtectClock=",
     "User=/DynamicUser=",
+    "ProtectKernelLogs=",  # the XID watcher reads /dev/kmsg
 )
 AGENT_LOCKED = (
     "NoNewPrivileges=",
@@ -526,7 +535,6 @@ AGENT_LOCKED = (
     "ProtectHome=",
     "PrivateTmp=",
     "ProtectKernelModules=",
-    "ProtectKernelLogs=",
     "ProtectControlGroups=",
     "CapabilityBoundingSet=~CAP_SYS_MODULE",
     "CapabilityBoundingSet=~CAP_SYS_PTRACE",
@@ -628,7 +636,8 @@ def test_documented_dropins(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for name in ("50-modules.conf", "60-metrics.conf", AGENT_UNIT.name):
         assert complaints(proc, name) == []
-    proc, exposure, rows = security(agent, tmp_path / "units", threshold=40)
+    # 4.2: the agent's own 3.4 plus what loading modules opens (measured 4.1, systemd 252)
+    proc, exposure, rows = security(agent, tmp_path / "units", threshold=42)
     # The drop-ins were read: module loading is on, the allow-list has a non-local entry.
     assert rows["ProtectKernelModules="][0] is False
     assert rows["CapabilityBoundingSet=~CAP_SYS_MODULE"][0] is False
@@ -637,4 +646,4 @@ def test_documented_dropins(tmp_path: Path) -> None:
     # ... and added to the unit's lists rather than replacing them, as the doc says.
     assert rows["CapabilityBoundingSet=~CAP_SYS_ADMIN"][0] is False
     assert rows["SystemCallFilter=~@mount"][0] is True
-    assert proc.returncode == 0 and exposure <= 4.0, f"with both drop-ins: exposure {exposure}"
+    assert proc.returncode == 0 and exposure <= 4.2, f"with both drop-ins: exposure {exposure}"

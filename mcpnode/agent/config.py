@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mcpnode.audit.expect import parse_table as parse_expect
+from mcpnode.audit.expectation import Expectation, ExpectError
 from mcpnode.errors import (
     HostError,
     McpnodeError,
@@ -105,6 +107,11 @@ class AgentConfig:
     # [log]
     log_format: LogFormat = "auto"
     log_level: str = "info"
+    # [health]
+    health_interval: float = 5.0  # NVML event set, IB counters (and a root's kmsg file)
+    nvml_events: bool = True
+    # [expect]: the node's expected inventory (audit/expect.py); None: none given
+    expect: Expectation | None = None
     # Not in the file: where events are injected from (tests; `--inject-fifo`).
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -122,7 +129,10 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "metrics": ("listen", "allow_remote"),
     "export": ("kinds",),
     "log": ("format", "level"),
+    "health": ("interval", "nvml_events"),
 }
+# [expect]: the node's expected inventory; its keys are audit/expect.py's (parse_table)
+EXPECT_SECTION = "expect"
 RULE_KEYS = ("name", "exe", "cmdline", "unit")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]+\.(service|scope|slice)\Z")
@@ -204,8 +214,9 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         raise ConfigError(file, None, f"not valid TOML: {err}") from None
     r = _Reader(file, doc)
     for name in doc:
-        if name not in SECTIONS:
-            raise r.err(name, f"unknown section (sections: {', '.join(SECTIONS)})")
+        if name not in SECTIONS and name != EXPECT_SECTION:
+            known = ", ".join([*SECTIONS, EXPECT_SECTION])
+            raise r.err(name, f"unknown section (sections: {known})")
 
     tuning = r.section("tuning")
     profile = tuning.get("profile", "base")
@@ -286,6 +297,17 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
     log_format = r.choice(log, "log", "format", "auto", ("auto", "json", "console"))
     level = r.choice(log, "log", "level", "info", LOG_LEVELS)
 
+    health = r.section("health")
+    health_interval = r.seconds(health, "health", "interval", 5.0, 0.1, 3600.0)
+    nvml_events = r.boolean(health, "health", "nvml_events", True)
+
+    expect = None
+    if EXPECT_SECTION in doc:
+        try:
+            expect = parse_expect(doc[EXPECT_SECTION], file)
+        except ExpectError as err:
+            raise ConfigError(file, err.key, err.detail) from None
+
     return AgentConfig(
         file=file,
         profile=profile,
@@ -307,6 +329,9 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         export_kinds=tuple(kinds),
         log_format=log_format,  # type: ignore[arg-type]
         log_level=level,
+        health_interval=health_interval,
+        nvml_events=nvml_events,
+        expect=expect,
     )
 
 

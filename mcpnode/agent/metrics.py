@@ -13,8 +13,10 @@ fixed set (event sources, results, audit statuses) are all present from the star
 `rate()` and `increase()` see the first event.
 
 Label values are bounded by the caller: `key` is a sysctl or sysfs key of the tuning profile,
-`rule` a pin rule name from the configuration; sources and results are fixed sets checked
-here (an unknown one is a ValueError, a bug in the caller).
+`rule` a pin rule name from the configuration, `gpu`/`switch` a PCI address of this host's
+GPUs and NVSwitches (or one an XID names), `xid`/`sxid` the driver's error number, `port` an
+RDMA device and port (`mlx5_0/1`); sources and results are fixed sets checked here (an
+unknown one is a ValueError, a bug in the caller).
 
 `MetricsServer` is a minimal HTTP/1.x responder on the `Loop`: no thread (prometheus_client's
 `start_http_server` starts one, and the agent's state has no locks), one request per
@@ -207,6 +209,30 @@ class AgentMetrics:
         )
         for reason in DROP_REASONS:
             self._dropped.labels(reason)
+        self._xids = Counter(
+            "mcpnode_gpu_xid",
+            "XID errors the kernel log (or NVML's events) reported, by GPU and XID number",
+            ["gpu", "xid"],
+            registry=reg,
+        )
+        self._sxids = Counter(
+            "mcpnode_nvswitch_sxid",
+            "SXID errors the NVSwitch driver reported, by switch and SXID number",
+            ["switch", "sxid"],
+            registry=reg,
+        )
+        self._ib_flaps = Counter(
+            "mcpnode_ib_link_flaps",
+            "Rises of an InfiniBand/RoCE port's link_downed counter the agent saw",
+            ["port"],
+            registry=reg,
+        )
+        self._ib_downed = Gauge(
+            "mcpnode_ib_link_downed",
+            "An InfiniBand/RoCE port's counters/link_downed as last read",
+            ["port"],
+            registry=None,
+        )
 
     def _show(self, gauge: Gauge) -> Gauge:
         if gauge not in self._shown:
@@ -298,6 +324,24 @@ class AgentMetrics:
         gauge = self._show(self._audit)
         for status, count in counts.items():
             gauge.labels(status.value).set(count)
+
+    # -- hardware health ------------------------------------------------------------------------
+
+    def count_xid(self, gpu: str, xid: int) -> None:
+        """`mcpnode_gpu_xid_total{gpu,xid}`: one XID on GPU `gpu` (its PCI address)."""
+        self._xids.labels(gpu, str(int(xid))).inc()
+
+    def count_sxid(self, switch: str, sxid: int) -> None:
+        """`mcpnode_nvswitch_sxid_total{switch,sxid}`: one SXID on NVSwitch `switch`."""
+        self._sxids.labels(switch, str(int(sxid))).inc()
+
+    def count_ib_flap(self, port: str, times: int = 1) -> None:
+        """`mcpnode_ib_link_flaps_total{port}`: `port`'s link_downed rose by `times`."""
+        self._ib_flaps.labels(port).inc(max(0, times))
+
+    def set_ib_link_downed(self, port: str, value: int) -> None:
+        """`mcpnode_ib_link_downed{port}`: the counter as last read."""
+        self._show(self._ib_downed).labels(port).set(value)
 
     # -- the loop and the agent -----------------------------------------------------------------
 

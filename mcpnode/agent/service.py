@@ -28,7 +28,8 @@ other failure at start (unreadable journal, unusable root) or an incomplete roll
 Every effect is logged as one structlog event with fields: each write (tuning/apply.py),
 `drift`, `drift.remediated`, `drift.contested`, `pin`, `rediscover`, `manifest.published`,
 `config.reloaded` / `config.rejected`, `journal.adopted` / `journal.rolled-back`,
-`lock.busy`.
+`lock.busy`; hardware health (agent/health.py): `gpu.xid`, `gpu.sxid`, `ib.link-flap`, each
+followed by a republish.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import structlog
 from mcpnode import __version__
 from mcpnode.agent.config import AgentConfig, ConfigError, load_config
 from mcpnode.agent.drift import FlapGuard
+from mcpnode.agent.health import AgentHealth
 from mcpnode.agent.loop import Loop, Timer
 from mcpnode.agent.notify import Notifier
 from mcpnode.agent.sources import UDEV_CONTROL, DeviceEvent
@@ -152,6 +154,7 @@ class Agent:
         self._reload_timer: Timer | None = None
         self._reload_last = float("-inf")
         self._reloads_coalesced = 0
+        self.health: AgentHealth | None = None  # XIDs, NVML events, IB flaps (agent/health.py)
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -217,6 +220,17 @@ class Agent:
         self._publish("start")
         self._start_metrics()
         self._start_sources()
+        self.health = AgentHealth(
+            self.host,
+            self.loop,
+            self.log,
+            self.metrics,
+            interval=self.config.health_interval,
+            nvml_events=self.config.nvml_events,
+            publish=self._publish,
+            schedule=self._schedule,
+        )
+        self.health.start(self.backend, self.topology)
         self._schedule("drift", self.config.drift_interval, self._drift_tick)
         if self.config.autopin:
             self._start_pinner()
@@ -613,6 +627,9 @@ class Agent:
                 profiles_dir=self.profiles_dir,
                 topology=self.topology,
                 probe=manifest_section,
+                observed_xids=self.health.observed_xids() if self.health else (),
+                expect=self.config.expect,
+                expect_source=self.config.file if self.config.expect else None,
             )
         except McpnodeError as err:
             self.log.error("manifest.build-failed", reason=reason, error=str(err))
@@ -695,6 +712,8 @@ class Agent:
         except McpnodeError as err:
             self.log.error("rediscover.failed", error=str(err), events=reasons)
             return
+        if self.health is not None:
+            self.health.restart(self.backend, self.topology)
         self.metrics.count_rediscovery()
         old_gpus = {str(g.address) for g in (before.gpus if before else ())}
         new_gpus = {str(g.address) for g in self.topology.gpus}
@@ -757,6 +776,8 @@ class Agent:
         self.config, self.profile = config, profile
         self._profile_source, self._paused = "config", None
         self._configure_logging()
+        if self.health is not None:
+            self.health.interval = config.health_interval
         # The operator reloads after fixing the other owner of a contested key: start afresh.
         self.guard = FlapGuard(config.max_remediations, config.flap_window)
         self._drifted = frozenset()
@@ -824,6 +845,9 @@ class Agent:
         self.loop.stop()
 
     def _close(self) -> None:
+        if self.health is not None:
+            self.health.close()
+            self.health = None
         for source in self.sources:
             self.loop.remove_reader(source)
             with contextlib.suppress(Exception):

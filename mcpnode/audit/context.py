@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
+from mcpnode.audit.xid import XidEvent
 from mcpnode.host import Host
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
@@ -31,6 +33,13 @@ class AuditContext:
     # mcpnode's housekeeping CPUs when the caller planned placement (the manifest build does);
     # None: areas that need them read the published manifest (audit/kubelet.py).
     housekeeping: CpuSet | None = None
+    # XIDs the agent received as NVML events (audit/gpu_xid.py uses them when the kernel log
+    # cannot be read); empty for a one-shot audit
+    observed_xids: tuple[XidEvent, ...] = ()
+    # The expected inventory (--expect FILE, the agent's [expect]); None: the expect area looks
+    # for an [expect] table in /etc/mcpnode/mcpnode.toml under the root
+    expect: Expectation | None = None
+    expect_source: str | None = None
 
     @property
     def has_gpus(self) -> bool:
@@ -91,6 +100,10 @@ def build_context(
     profiles_dir: str | None = None,
     active: ActiveProfile | None = None,
     housekeeping: CpuSet | None = None,
+    *,
+    observed_xids: tuple[XidEvent, ...] = (),
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> AuditContext:
     """The shared facts, from a topology already discovered through `host`."""
     from mcpnode.audit.facts import read_file
@@ -116,4 +129,7 @@ def build_context(
         profiles_dir=profiles_dir,
         active=active,
         housekeeping=housekeeping,
+        observed_xids=observed_xids,
+        expect=expect,
+        expect_source=expect_source,
     )

@@ -1,6 +1,6 @@
 """GPU health from the NVML facts discovery already gathered (no second pass over NVML): the
 subset of DCGM's level-1 "software" diagnostic and Azure's NHC GPU checks that a snapshot can
-answer (../shared/reference/host-facts.md 4.1-4.3).
+answer (NVIDIA DCGM diagnostics, Azure azurehpc-health-checks).
 
 Each per-GPU finding carries the GPU's PCI bus id as `subject`. A fact NVML did not give is a
 SKIP naming NVML's reason (NotSupported on consumer boards, NoPermission without root), never
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcpnode.audit import gpu_health
 from mcpnode.audit.context import AuditContext
+from mcpnode.audit.facts import read_file
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.audit.paths import PCI_DEVICES
+from mcpnode.audit.paths import PCI_DEVICES, UPTIME
 from mcpnode.host import Host
 from mcpnode.topology.model import Gpu, NvmlGpu, NvmlState
 
@@ -25,6 +27,16 @@ class GpuFacts:
     gpus: tuple[Gpu, ...]  # sysfs GPUs with NVML merged
     nvml: NvmlState | None  # None: NVML was not asked
     nvml_only: tuple[NvmlGpu, ...]  # NVML GPUs no sysfs GPU matched (a trimmed dump)
+    uptime_s: float | None = None  # /proc/uptime: the window the error counters cover
+
+
+def uptime_of(text: str | None) -> float | None:
+    """The uptime file's first field (seconds since boot, fs/proc/uptime.c); None if garbage."""
+    try:
+        value = float((text or "").split()[0])
+    except (IndexError, ValueError):
+        return None
+    return value if value > 0 else None
 
 
 def collect(host: Host, ctx: AuditContext) -> GpuFacts:
@@ -33,7 +45,7 @@ def collect(host: Host, ctx: AuditContext) -> GpuFacts:
     extra = tuple(
         g for g in (topo.nvml.gpus if topo.nvml is not None else ()) if g.index not in merged
     )
-    return GpuFacts(topo.gpus, topo.nvml, extra)
+    return GpuFacts(topo.gpus, topo.nvml, extra, uptime_of(read_file(host, UPTIME).text))
 
 
 def _ev(fn: str, gpu: Gpu, value: object) -> Evidence:
@@ -111,8 +123,20 @@ def check(facts: GpuFacts, ctx: AuditContext) -> list[Finding]:
     )
     out.append(_count(facts, nvml))
     for gpu in facts.gpus:
-        out.extend(_per_gpu(gpu))
+        out.extend(_per_gpu(gpu, facts.uptime_s))
     out.extend(_not_applicable(facts.gpus))
+    if facts.gpus and not any(f.id == "gpu.nvlink.count" for f in out):
+        names = sorted({g.nvml.name or "?" for g in facts.gpus if g.nvml is not None})
+        out.append(
+            Finding(
+                "gpu.nvlink.count",
+                Status.SKIP,
+                "NVLink count not checked: no expected count for "
+                f"{', '.join(names) or 'these GPUs'} (PCIe boards; set [expect] "
+                "nvlinks_per_gpu to check one)",
+                (Evidence("nvmlDeviceGetName", ", ".join(names) or "not reported"),),
+            )
+        )
     return out
 
 
@@ -155,7 +179,7 @@ def _count(facts: GpuFacts, nvml: NvmlState) -> Finding:
     )
 
 
-def _per_gpu(gpu: Gpu) -> list[Finding]:
+def _per_gpu(gpu: Gpu, uptime_s: float | None = None) -> list[Finding]:
     bus = str(gpu.address)
     n = gpu.nvml
     if n is None:
@@ -192,6 +216,7 @@ def _per_gpu(gpu: Gpu) -> list[Finding]:
     fabric = _fabric(gpu, n)
     if fabric is not None:
         out.append(fabric)
+    out.extend(gpu_health.checks(gpu, n, uptime_s))
     return out
 
 

@@ -5,11 +5,12 @@ tcp_available_congestion_control, the PCI driver links and the IOMMU groups)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mcpnode.audit import paths
-from mcpnode.audit.context import AuditContext
+from mcpnode.audit.context import AuditContext, driver_version_of
 from mcpnode.audit.facts import (
     FileRead,
     clip,
@@ -29,6 +30,13 @@ CC_KEY = "net.ipv4.tcp_congestion_control"
 # GPUDirect RDMA: nvidia-peermem ships with the driver since 470; nv_peer_mem is Mellanox's
 # older out-of-tree module. Either lets the HCA DMA straight into GPU memory.
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+# The other path needs neither: DMA-BUF, which NVIDIA recommends where it is supported (GPU
+# Operator, "GPUDirect RDMA and GPUDirect Storage",
+# https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-rdma.html):
+# Linux >= 5.12 (ib_umem_dmabuf) and the NVIDIA open GPU kernel modules, which exist since
+# R515; NCCL uses it by default then (NCCL_DMABUF_ENABLE=1).
+DMABUF_KERNEL = (5, 12)
+DMABUF_DRIVER = (515,)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class KernelFacts:
     module_dir: str | None
     iommu_groups: int | None  # number of IOMMU groups; None: directory absent
     switch_pairs: tuple[SwitchPair, ...]
+    nvidia_version: FileRead | None = None  # /proc/driver/nvidia/version (open or proprietary)
 
 
 def loaded_modules(text: str) -> frozenset[str]:
@@ -147,6 +156,7 @@ def collect(host: Host, ctx: AuditContext) -> KernelFacts:
         module_dir=mod_dir,
         iommu_groups=None if groups is None else len(groups),
         switch_pairs=_switch_pairs(host, ctx),
+        nvidia_version=read_file(host, paths.DRIVER_VERSION),
     )
 
 
@@ -260,19 +270,57 @@ def _peermem(facts: KernelFacts, ctx: AuditContext) -> Finding:
     if facts.modules.text is None:
         return _modules_unknown(fid, facts, ctx, "GPUDirect RDMA module")
     loaded = [m for m in PEERMEM_MODULES if m in loaded_modules(facts.modules.text)]
-    ev = (Evidence(paths.PROC_MODULES, ", ".join(loaded) or "nvidia_peermem not loaded"),)
+    ev: tuple[Evidence, ...] = (
+        Evidence(paths.PROC_MODULES, ", ".join(loaded) or "nvidia_peermem not loaded"),
+    )
     if loaded:
         return Finding(fid, Status.PASS, f"GPUDirect RDMA: {loaded[0]} loaded", ev)
+    dmabuf, why = dmabuf_path(ctx.topology.identity.kernel_release, facts.nvidia_version)
+    ev += (Evidence("DMA-BUF path (kernel >= 5.12, open kernel modules >= R515)", why),)
+    if dmabuf:
+        return Finding(
+            fid,
+            Status.PASS,
+            f"GPUDirect RDMA through DMA-BUF ({why}): nvidia_peermem is not needed",
+            ev,
+        )
     return Finding(
         fid,
         Status.WARN,
-        "GPUs and RDMA NICs share this host but nvidia_peermem is not loaded: NCCL/UCX stage "
-        "GPU buffers through host memory unless they use DMA-BUF (open kernel modules, kernel "
-        ">= 5.12)",
+        "GPUs and RDMA NICs share this host but nvidia_peermem is not loaded and DMA-BUF is "
+        f"not available ({why}): NCCL/UCX stage GPU buffers through host memory",
         ev,
         "modprobe nvidia-peermem; make it persistent: echo nvidia-peermem > "
-        "/etc/modules-load.d/nvidia-peermem.conf",
+        "/etc/modules-load.d/nvidia-peermem.conf (or move to the open kernel modules on a "
+        "kernel >= 5.12 for DMA-BUF)",
     )
+
+
+def _numbers(text: str | None) -> tuple[int, ...] | None:
+    m = re.match(r"(\d+(?:\.\d+)*)", text or "")
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def dmabuf_path(release: str | None, version: FileRead | None) -> tuple[bool, str]:
+    """Whether GPUDirect RDMA can go through DMA-BUF here, and what was seen."""
+    kernel = _numbers(release)
+    text = version.text if version is not None else None
+    first = text.splitlines()[0] if text else ""
+    is_open = "Open Kernel Module" in first
+    driver = _numbers(driver_version_of(text)) if text else None
+    parts = [
+        f"kernel {release or '?'}",
+        "open kernel modules" if is_open else ("proprietary modules" if text else "driver ?"),
+        f"driver {'.'.join(map(str, driver)) if driver else '?'}",
+    ]
+    ok = (
+        kernel is not None
+        and kernel[:2] >= DMABUF_KERNEL
+        and is_open
+        and driver is not None
+        and driver[:1] >= DMABUF_DRIVER
+    )
+    return ok, ", ".join(parts)
 
 
 def _bbr(facts: KernelFacts, ctx: AuditContext) -> Finding:

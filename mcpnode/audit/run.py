@@ -20,10 +20,27 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from mcpnode.audit import cgroup, container, gpu, kernel, kubelet, numa, privilege, tuning
+from mcpnode.audit import (
+    cgroup,
+    container,
+    expect,
+    fabricmanager,
+    gpu,
+    gpu_xid,
+    ib,
+    kernel,
+    kubelet,
+    numa,
+    p2p,
+    pcie,
+    privilege,
+    tuning,
+)
 from mcpnode.audit.context import AuditContext, build_context
+from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.audit.paths import MACHINE_DIRS
+from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.topology.model import CpuSet, Topology
@@ -42,7 +59,15 @@ AREAS: list[Area] = [
     Area("self", "Self", privilege.collect, privilege.check),
     Area("cgroup", "cgroup", cgroup.collect, cgroup.check),
     Area("kernel", "Kernel and modules", kernel.collect, kernel.check),
+    Area("expect", "Expected inventory", expect.collect, expect.check),
+    # Three collectors share the gpu prefix: NVML's facts, the kernel log's XIDs, Fabric
+    # Manager; one failing does not cost the others.
     Area("gpu", "GPU health", gpu.collect, gpu.check),
+    Area("gpu", "GPU health", gpu_xid.collect, gpu_xid.check),
+    Area("gpu", "GPU health", fabricmanager.collect, fabricmanager.check),
+    Area("pcie", "PCIe health", pcie.collect, pcie.check),
+    Area("ib", "InfiniBand / RoCE ports", ib.collect, ib.check),
+    Area("p2p", "Peer-to-peer (PCIe ACS)", p2p.collect, p2p.check),
     Area("numa", "NUMA", numa.collect, numa.check),
     Area("tuning", "Tuning compliance", tuning.collect, tuning.check),
     Area("container", "NVIDIA container stack", container.collect, container.check),
@@ -140,15 +165,30 @@ def audit_context(
     profiles_dir: str | None,
     *,
     housekeeping: CpuSet | None = None,
+    observed_xids: tuple[XidEvent, ...] = (),
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> AuditContext:
     """The shared context, with the profile to check: `profile` when given, else the active
     one (tuning/active.py), else none. `housekeeping`: mcpnode's housekeeping CPUs when the
-    caller planned placement (audit/kubelet.py compares the kubelet's reserved CPUs)."""
+    caller planned placement (audit/kubelet.py compares the kubelet's reserved CPUs);
+    `observed_xids`: XIDs the agent received as NVML events; `expect`: the expected
+    inventory."""
     active = None
     if profile is None:
         active = active_profile(host)
         profile = active.name
-    return build_context(host, topology, profile, profiles_dir, active, housekeeping)
+    return build_context(
+        host,
+        topology,
+        profile,
+        profiles_dir,
+        active,
+        housekeeping,
+        observed_xids=observed_xids,
+        expect=expect,
+        expect_source=expect_source,
+    )
 
 
 def run_audit(
@@ -160,15 +200,20 @@ def run_audit(
     profiles_dir: str | None = None,
     now: datetime | None = None,
     areas: Sequence[Area] | None = None,
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> AuditReport:
     """Audit the machine behind `host`. Raises only when the audit cannot run at all (the
     root is unusable: RootError / HostError from discovery); `now` fixes `generated_at`.
-    `profile` None: the active profile (`mcpnode profiles active`), or none."""
+    `profile` None: the active profile (`mcpnode profiles active`), or none; `expect`: the
+    expected inventory (`--expect FILE`; None: the expect area looks for one)."""
     from mcpnode.topology.discover import discover_host
 
     require_machine(host)
     topology = discover_host(host)
-    ctx = audit_context(host, topology, profile, profiles_dir)
+    ctx = audit_context(
+        host, topology, profile, profiles_dir, expect=expect, expect_source=expect_source
+    )
     name = ctx.profile
     findings, problems = run_areas(host, ctx, AREAS if areas is None else areas, only, skip)
     when = now or datetime.now(timezone.utc)

@@ -199,5 +199,13 @@ def as_toml(cfg: AgentConfig) -> str:
         "[log]",
         f"format = {_string(cfg.log_format)}",
         f"level = {_string(cfg.log_level)}",
+        "",
+        "[health]",
+        f"interval = {_number(cfg.health_interval)}",
+        f"nvml_events = {_bool(cfg.nvml_events)}",
     ]
+    if cfg.expect is not None:
+        from mcpnode.audit.expect import expect_lines
+
+        lines += ["", *expect_lines(cfg.expect)]
     return "\n".join(lines) + "\n"

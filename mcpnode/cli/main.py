@@ -58,9 +58,12 @@ def cli() -> None:
 @root_option
 @click.option("--tree", is_flag=True, help="NUMA -> host bridge -> switch -> device tree.")
 @click.option(
+    "--p2p", is_flag=True, help="GPU peer-to-peer matrix (`nvidia-smi topo -p2p r`) and ACS."
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-def topo(root: str, tree: bool, fmt: str) -> None:
+def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
     from mcpnode.cli import render_topo
     from mcpnode.host import Host
@@ -68,6 +71,14 @@ def topo(root: str, tree: bool, fmt: str) -> None:
 
     with Host(root) as host:
         topology = discover_host(host)
+        if p2p:
+            from mcpnode.audit.p2p import read_p2p
+            from mcpnode.cli import render_p2p
+
+            facts = read_p2p(host, topology)
+            render = render_p2p.as_json if fmt == "json" else render_p2p.as_text
+            click.echo(render(topology, facts), nl=fmt == "json")
+            return
     if fmt == "json":
         click.echo(render_topo.as_json(topology))
     elif tree:
@@ -386,6 +397,14 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
 @click.option("--skip", multiple=True, metavar="GLOB", help="Drop finding ids matching (repeat).")
 @click.option("--strict", is_flag=True, help="WARN fails the audit too (exit 1).")
 @click.option(
+    "--expect",
+    "expect_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Expected inventory ([expect] table, `mcpnode expect --write`); default: the "
+    "[expect] table of /etc/mcpnode/mcpnode.toml under --root, if any.",
+)
+@click.option(
     "--profile",
     "profile_name",
     default=None,
@@ -408,12 +427,15 @@ def audit(
     only: tuple[str, ...],
     skip: tuple[str, ...],
     strict: bool,
+    expect_file: Path | None,
     profile_name: str | None,
     profiles_dir: Path | None,
     with_probe: bool,
 ) -> None:
-    """Preflight: cgroups, kernel modules, GPU health, NUMA, tuning, container stack.
+    """Preflight: cgroups, kernel modules, GPU health (XIDs, throttling, NVLink), PCIe and
+    InfiniBand health, P2P/ACS, NUMA, tuning, container stack, expected inventory.
     Exit 0 when nothing FAILed, 1 when something did, 2 when the audit could not run."""
+    from mcpnode.audit.expect import load_expect_file
     from mcpnode.audit.run import AREAS, run_audit
     from mcpnode.cli import render_audit
     from mcpnode.host import Host
@@ -423,6 +445,10 @@ def audit(
         from mcpnode.probe.area import AREA
 
         areas.append(AREA)
+    expect = None
+    if expect_file is not None:
+        with Host("/") as live:
+            expect = load_expect_file(live, str(expect_file.absolute()))
     with Host(root) as host:
         report = run_audit(
             host,
@@ -431,6 +457,8 @@ def audit(
             profile=profile_name,
             profiles_dir=None if profiles_dir is None else str(profiles_dir),
             areas=areas,
+            expect=expect,
+            expect_source=None if expect_file is None else str(expect_file),
         )
     if output is not None:
         render_audit.write_atomic(output, render_audit.render(report, fmt, strict=strict))
@@ -721,10 +749,12 @@ def _register() -> None:
     # Groups defined in their own modules (they import nothing heavy at load time).
     from mcpnode.cli.config_cmd import config
     from mcpnode.cli.fleet import fleet_report
+    from mcpnode.cli.health_cmd import expect
     from mcpnode.cli.probe_cmd import probe
 
     cli.add_command(config)
     cli.add_command(fleet_report)
+    cli.add_command(expect)
     cli.add_command(probe)
 
 

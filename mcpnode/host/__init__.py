@@ -13,6 +13,7 @@ layer adding to the one before it:
     command.py   version/status commands and modprobe (live, or replayed)
     process.py   placement of live processes: affinity, memory policy, NUMA-placed memory,
                  exec
+    kmsg.py      the kernel log (/dev/kmsg live, a recorded root's dev/kmsg file)
 and beside them:
     tarball.py   unpacking a tarball root safely (imported only for one)
     trust.py     who controls a file: root (or this euid) alone, sticky directories excepted
@@ -25,7 +26,8 @@ tarfile are imported inside the calls that need them.
 
 from __future__ import annotations
 
-from mcpnode.host.process import MPOL_MODES, HostProcesses, MempolicyMode
+from mcpnode.host.kmsg import KMSG_PATH, HostKmsg, KmsgRead, KmsgStream
+from mcpnode.host.process import MPOL_MODES, MempolicyMode
 from mcpnode.host.read import (
     FILE_READ_LIMIT,
     PROCFS_READ_LIMIT,
@@ -38,6 +40,7 @@ from mcpnode.host.write import FAULT_ENV, STOP_ENV
 __all__ = [
     "FAULT_ENV",
     "FILE_READ_LIMIT",
+    "KMSG_PATH",
     "MPOL_MODES",
     "PROCFS_READ_LIMIT",
     "STOP_ENV",
@@ -46,6 +49,8 @@ __all__ = [
     "Entry",
     "FileStat",
     "Host",
+    "KmsgRead",
+    "KmsgStream",
     "MempolicyMode",
     "NodeMemory",
     "Recording",
@@ -53,6 +58,6 @@ __all__ = [
 ]
 
 
-class Host(HostProcesses):
+class Host(HostKmsg):
     """A machine, live (`root="/"`) or recorded (a directory or tarball): the one object passed
     to everything that reads or changes the machine. See the module docstring for its parts."""

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from mcpnode.audit.container.toolkit import toolkit_version
+from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.model import AuditReport
 from mcpnode.audit.run import AREAS, audit_context, run_areas
+from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import build_manifest
@@ -76,8 +78,14 @@ def build_all(
     profiles_dir: Path | None = None,
     topology: Topology | None = None,
     probe: ProbeSection | None = None,
+    observed_xids: tuple[XidEvent, ...] = (),
+    expect: Expectation | None = None,
+    expect_source: str | None = None,
 ) -> Built:
-    """make_manifest, keeping the topology, placement and audit report it was built from."""
+    """make_manifest, keeping the topology, placement and audit report it was built from.
+
+    `observed_xids` and `expect` reach the audit's context (the agent's NVML XID events and its
+    [expect] table)."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
     # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
@@ -88,6 +96,9 @@ def build_all(
         None,
         None if profiles_dir is None else str(profiles_dir),
         housekeeping=placement.housekeeping,
+        observed_xids=observed_xids,
+        expect=expect,
+        expect_source=expect_source,
     )
     profile = ctx.profile
     tuning: VerifyReport | str | None

@@ -71,7 +71,7 @@ def build_manifest(
             "container_toolkit": container_toolkit,
         },
         "numa_nodes": [_node(n) for n in topo.numa_nodes],
-        "gpus": [_gpu(g) for g in topo.gpus],
+        "gpus": [_gpu(g, audit) for g in topo.gpus],
         "nics": [_nic(n) for n in topo.nics],
         "placement": {
             "housekeeping_policy": housekeeping,
@@ -172,7 +172,19 @@ def _node(n: NumaNode) -> dict[str, Any]:
     }
 
 
-def _gpu(g: Gpu) -> dict[str, Any]:
+def gpu_health(address: str, audit: AuditReport | None) -> dict[str, Any]:
+    """A GPU's health as the audit saw it: `unhealthy` when a finding about it FAILed (an XID,
+    a throttling GPU, a fatal AER, ...), `ok` otherwise, `unknown` when no audit ran. The ids
+    that FAILed and WARNed are listed, so a scheduler can tell an XID from a capped clock."""
+    if audit is None:
+        return {"status": "unknown", "failed": [], "warned": []}
+    mine = [f for f in audit.findings if f.subject == address]
+    failed = sorted({f.id for f in mine if f.status is Status.FAIL})
+    warned = sorted({f.id for f in mine if f.status is Status.WARN})
+    return {"status": "unhealthy" if failed else "ok", "failed": failed, "warned": warned}
+
+
+def _gpu(g: Gpu, audit: AuditReport | None = None) -> dict[str, Any]:
     f = g.nvml
     return {
         "index": g.index,
@@ -187,6 +199,7 @@ def _gpu(g: Gpu) -> dict[str, Any]:
         "pcie": _link(g.link),
         "nvlinks_active": f.active_links if f is not None else None,
         "fabric_state": f.fabric_state if f is not None else None,
+        "health": gpu_health(str(g.address), audit),
     }
 
 

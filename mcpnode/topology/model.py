@@ -398,6 +398,13 @@ class NvLink:
     version: str | None  # the real NVLink version ("3.1" on A100, "4.0" on H100), not NVML's enum
     remote_type: str | None  # "GPU", "SWITCH", "IBMNPU", "UNKNOWN"
     remote_address: PciAddress | None  # on NVSwitch systems: the switch's, never a peer GPU's
+    speed_mbps: int | None = None  # NVML_FI_DEV_NVLINK_GET_SPEED: MB/s (10^6), this link
+    # nvmlDeviceGetNvLinkErrorCounter since the driver loaded (or the counters were reset);
+    # None where NVML does not count them (NotSupported; Blackwell dropped the DL counters).
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+    crc_flit_errors: int | None = None
+    crc_data_errors: int | None = None
 
 
 @record(frozen=True)
@@ -449,10 +456,40 @@ class NvmlGpu:
     processes: tuple[GpuProcess, ...] | None
     lost: bool  # GpuIsLost seen: the GPU fell off the bus mid-discovery
     unavailable: tuple[tuple[str, str], ...]
+    # Clocks, thermal, power (`nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE,POWER`). None:
+    # NVML could not say (reason in `unavailable`).
+    clocks_event_reasons: int | None = None  # nvmlClocksEventReason* bit mask, active now
+    temperature_c: int | None = None  # GPU die (NVML_TEMPERATURE_GPU)
+    temperature_slowdown_c: int | None = None  # HW slowdown threshold
+    temperature_shutdown_c: int | None = None  # HW shutdown threshold
+    power_usage_mw: int | None = None
+    power_limit_mw: int | None = None  # enforced: the lowest of every limit in force
+    power_default_limit_mw: int | None = None  # the board's default management limit
+    clock_sm_mhz: int | None = None
+    clock_sm_max_mhz: int | None = None
+    clock_mem_mhz: int | None = None
+    clock_mem_max_mhz: int | None = None
+    app_clock_sm_mhz: int | None = None  # applications clocks in force (`nvidia-smi -ac`)
+    app_clock_mem_mhz: int | None = None
+    default_app_clock_sm_mhz: int | None = None
+    default_app_clock_mem_mhz: int | None = None
+    pcie_replay_count: int | None = None  # PCIe replays since the driver loaded
 
     @property
     def active_links(self) -> int:
         return sum(1 for link in self.nvlinks if link.active)
+
+
+@record(frozen=True)
+class P2pStatus:
+    """nvmlDeviceGetP2PStatus(a, b, READ): what `nvidia-smi topo -p2p r` prints for a pair.
+    `status` is nvidia-smi's code (OK, CNS, GNS, TNS, NS, DR, U); None with `reason` when NVML
+    did not answer."""
+
+    a: int  # NVML index
+    b: int
+    status: str | None
+    reason: str | None = None
 
 
 @record(frozen=True)
@@ -465,6 +502,7 @@ class NvmlState:
     cuda_driver_version: str | None  # "12.4"
     nvml_version: str | None
     gpus: tuple[NvmlGpu, ...]
+    p2p_read: tuple[P2pStatus, ...] = ()  # every ordered pair of GPUs, by (a, b)
 
 
 @record(frozen=True)

@@ -151,22 +151,28 @@ class Answer:
 
 
 class RecordedNvml:
-    """Replays answers recorded by `RecordingNvml` (a snapshot's `nvml.calls`)."""
+    """Replays answers recorded by `RecordingNvml` (a snapshot's `nvml.calls`).
+
+    A call recorded several times with the same arguments (an event set polled again and
+    again) replays its answers in the recorded order, the last one from then on; a discovery
+    asks each question once, so for it this is the one answer recorded."""
 
     def __init__(self, calls: list[dict[str, Any]] | None, reason: str | None = None) -> None:
-        self._answers: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}
+        self._answers: dict[tuple[str, tuple[int, ...]], list[dict[str, Any]]] = {}
         self._reason = reason
         for c in calls or ():
-            self._answers[(str(c["fn"]), tuple(int(a) for a in c.get("args", ())))] = c
+            key = (str(c["fn"]), tuple(int(a) for a in c.get("args", ())))
+            self._answers.setdefault(key, []).append(c)
         if calls is None and reason is None:
             self._reason = "no NVML answers recorded"
 
     def call(self, fn: str, *args: int) -> Any:
         if self._reason is not None and fn == "nvmlInit":
             raise NvmlUnavailable("NotRecorded", None, fn, self._reason)
-        got = self._answers.get((fn, args))
-        if got is None:
+        queue = self._answers.get((fn, args))
+        if not queue:
             raise NvmlNotRecorded("NotRecorded", None, fn, f"args {list(args)}")
+        got = queue.pop(0) if len(queue) > 1 else queue[0]
         if "error" in got:
             raise error_for(str(got["error"]), got.get("code"), fn, str(got.get("detail", "")))
         return got.get("value")
@@ -199,6 +205,8 @@ class RecordingNvml:
 
 
 # -- the live backend --------------------------------------------------------------------------
+
+_NOT_AN_EVENT_CALL = object()
 
 
 def _words_to_list(array: Any) -> list[int]:
@@ -244,6 +252,8 @@ class LiveNvml:
         self._handles: dict[int, Any] = {}
         self._init_error: NvmlError | None = None
         self._variant: dict[str, str] = {}
+        self._event_sets: dict[int, Any] = {}
+        self._next_set = 0
 
     def _load(self) -> Any:
         with self._lock:
@@ -305,10 +315,18 @@ class LiveNvml:
         }
         if fn in system:
             return system[fn]()
+        events = self._event_call(nvml, fn, args)
+        if events is not _NOT_AN_EVENT_CALL:
+            return events
         h = self._handle(nvml, args[0])
         rest = args[1:]
         if fn == "nvmlDeviceGetGpuFabricInfo":
             return self._fabric(nvml, h)
+        if fn == "nvmlDeviceGetP2PStatus":
+            # (device a, device b, caps index): both devices are NVML indexes here.
+            return int(nvml.nvmlDeviceGetP2PStatus(h, self._handle(nvml, rest[0]), rest[1]))
+        if fn == "nvmlDeviceGetFieldValues":
+            return self._field_value(nvml, fn, h, rest)
         getter = getattr(nvml, fn, None)
         if getter is None:
             # An older binding without this function: same answer as a driver without the symbol.
@@ -330,6 +348,65 @@ class LiveNvml:
         if isinstance(value, (str, bytes)):
             return _text(value)
         return int(value)
+
+    def _field_value(self, nvml: Any, fn: str, h: Any, rest: tuple[int, ...]) -> Any:
+        """One field (fieldId, scopeId) of nvmlDeviceGetFieldValues: its value, or the entry's
+        own nvmlReturn raised as the typed error (the call succeeds while a field fails)."""
+        field_id, scope = rest[0], (rest[1] if len(rest) > 1 else 0)
+        (value,) = nvml.nvmlDeviceGetFieldValues(h, [(field_id, scope)])
+        ret = int(value.nvmlReturn)
+        if ret != 0:
+            raise error_for(NVML_CODES.get(ret, "Unknown"), ret, fn, f"field {field_id}")
+        kind = int(value.valueType)
+        # nvmlValueType_t: DOUBLE 0, UNSIGNED_INT 1, UNSIGNED_LONG 2, UNSIGNED_LONG_LONG 3,
+        # SIGNED_LONG_LONG 4, SIGNED_INT 5, UNSIGNED_SHORT 6
+        member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                  6: "usVal"}.get(kind)  # fmt: skip
+        if member is None:
+            raise error_for("Unknown", None, fn, f"field {field_id}: value type {kind}")
+        got = getattr(value.value, member)
+        return float(got) if kind == 0 else int(got)
+
+    # NVML's event set is a handle with no file descriptor; the agent polls it with timeout 0
+    # (docs/service.md). Sets are kept here by number so handles never leave this class.
+    def _event_call(self, nvml: Any, fn: str, args: tuple[int, ...]) -> Any:
+        if fn == "nvmlEventSetCreate":
+            self._next_set += 1
+            self._event_sets[self._next_set] = nvml.nvmlEventSetCreate()
+            return self._next_set
+        if fn == "nvmlDeviceRegisterEvents":
+            index, mask, number = args
+            nvml.nvmlDeviceRegisterEvents(
+                self._handle(nvml, index), mask, self._event_set(fn, number)
+            )
+            return None
+        if fn == "nvmlEventSetWait_v2":
+            number, timeout_ms = args
+            data = nvml.nvmlEventSetWait_v2(self._event_set(fn, number), timeout_ms)
+            return {
+                "device": self._index_of(nvml, data.device),
+                "eventType": int(data.eventType),
+                "eventData": int(data.eventData),
+            }
+        if fn == "nvmlEventSetFree":
+            (number,) = args
+            nvml.nvmlEventSetFree(self._event_set(fn, number))
+            del self._event_sets[number]
+            return None
+        return _NOT_AN_EVENT_CALL
+
+    def _event_set(self, fn: str, number: int) -> Any:
+        got = self._event_sets.get(number)
+        if got is None:
+            raise error_for("InvalidArgument", 2, fn, f"no event set {number}")
+        return got
+
+    def _index_of(self, nvml: Any, handle: Any) -> int | None:
+        """The NVML index of a device handle an event carries (None: not one of ours)."""
+        try:
+            return int(nvml.nvmlDeviceGetIndex(handle))
+        except nvml.NVMLError:
+            return None
 
     def _fabric(self, nvml: Any, h: Any) -> dict[str, Any]:
         """Fabric state: nvmlDeviceGetGpuFabricInfoV (driver >= 550, v3 struct) when the driver
@@ -363,6 +440,10 @@ class LiveNvml:
         with self._lock:
             if self._nvml is not None:
                 # Shutting down at exit: a failure here has no one left to tell.
+                for event_set in self._event_sets.values():
+                    with contextlib.suppress(Exception):
+                        self._nvml.nvmlEventSetFree(event_set)
+                self._event_sets.clear()
                 with contextlib.suppress(Exception):
                     self._nvml.nvmlShutdown()
                 self._nvml = None

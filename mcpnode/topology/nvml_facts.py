@@ -9,11 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mcpnode.topology.model import CpuSet, GpuProcess, NvLink, NvmlGpu, NvmlState, PciAddress
+from mcpnode.topology.model import (
+    CpuSet,
+    GpuProcess,
+    NvLink,
+    NvmlGpu,
+    NvmlState,
+    P2pStatus,
+    PciAddress,
+)
 from mcpnode.topology.nvml import (
     NVML_CODES,
     GpuBackend,
     NvmlError,
+    NvmlFunctionNotFound,
     NvmlGpuLost,
     NvmlNoSuchLink,
     NvmlNotSupported,
@@ -44,6 +53,21 @@ FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COM
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
 AFFINITY_SCOPE_NODE, AFFINITY_SCOPE_SOCKET = 0, 1
 ECC_UNCORRECTED, ECC_VOLATILE, ECC_AGGREGATE = 1, 0, 1
+# nvmlTemperatureSensors_t / nvmlTemperatureThresholds_t / nvmlClockType_t
+TEMPERATURE_GPU = 0
+THRESHOLD_SHUTDOWN, THRESHOLD_SLOWDOWN = 0, 1
+CLOCK_SM, CLOCK_MEM = 1, 2
+# nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3
+NVLINK_ERROR_COUNTERS = ("replay_errors", "recovery_errors", "crc_flit_errors", "crc_data_errors")
+# nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_GET_SPEED (MB/s; the link index is the scope id),
+# the field NCCL reads for each link's speed (src/graph/topo.cc).
+FI_NVLINK_GET_SPEED = 164
+# nvmlGpuP2PCapsIndex_t READ (pynvml spells it as the tuple `(0,)`), and nvmlGpuP2PStatus_t as
+# `nvidia-smi topo -p2p r` prints it (its legend: OK, CNS chipset not supported, GNS GPU not
+# supported, TNS topology not supported, NS not supported, U unknown; DR, disabled by a
+# registry key, is mcpnode's name for status 4).
+P2P_CAPS_READ = 0
+P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
 
 
 def words_to_set(words: list[int]) -> CpuSet:
@@ -85,6 +109,33 @@ class _Gpu:
             self.unavailable.append((fact, f"malformed answer: {err}"))
         return None
 
+    def ask_newest(
+        self, fact: str, fns: tuple[str, ...], *args: int, conv: Callable[[Any], T]
+    ) -> T | None:
+        """`ask` the first of `fns` the driver has: a function renamed in a newer NVML is tried
+        first and the older name only after FunctionNotFound (nvitop's probe-once pattern)."""
+        for i, fn in enumerate(fns):
+            last = i == len(fns) - 1
+            if self.lost:
+                break
+            try:
+                return conv(self.backend.call(fn, self.index, *args))
+            except NvmlFunctionNotFound:
+                if last:
+                    self.unavailable.append((fact, "FunctionNotFound"))
+                continue
+            except NvmlGpuLost:
+                self.lost = True
+            except NvmlError as err:
+                self.unavailable.append((fact, err.name))
+                return None
+            except (TypeError, ValueError, KeyError, IndexError) as err:
+                self.unavailable.append((fact, f"malformed answer: {err}"))
+                return None
+        if self.lost:
+            self.unavailable.append((fact, "GpuIsLost"))
+        return None
+
 
 def _bool(v: Any) -> bool:
     return bool(int(v))
@@ -115,7 +166,29 @@ def collect(backend: GpuBackend, cpu_words: int, node_words: int) -> NvmlState:
     if count is None:
         return NvmlState(False, "nvmlDeviceGetCount failed", driver, cuda, nvml_version, ())
     gpus = tuple(_collect_gpu(backend, i, cpu_words, node_words) for i in range(count))
-    return NvmlState(True, None, driver, cuda, nvml_version, gpus)
+    return NvmlState(True, None, driver, cuda, nvml_version, gpus, _p2p(backend, gpus))
+
+
+def _p2p(backend: GpuBackend, gpus: tuple[NvmlGpu, ...]) -> tuple[P2pStatus, ...]:
+    """`nvidia-smi topo -p2p r`: NVML's peer-to-peer read status of every ordered pair."""
+    out = []
+    for a in gpus:
+        for b in gpus:
+            if a.index == b.index:
+                continue
+            if a.lost or b.lost:
+                out.append(P2pStatus(a.index, b.index, None, "GpuIsLost"))
+                continue
+            try:
+                code = int(backend.call("nvmlDeviceGetP2PStatus", a.index, b.index, P2P_CAPS_READ))
+            except NvmlError as err:
+                out.append(P2pStatus(a.index, b.index, None, err.name))
+                continue
+            except (TypeError, ValueError) as err:
+                out.append(P2pStatus(a.index, b.index, None, f"malformed answer: {err}"))
+                continue
+            out.append(P2pStatus(a.index, b.index, P2P_STATUS.get(code, "U")))
+    return tuple(out)
 
 
 def _reason(err: NvmlError) -> str:
@@ -231,6 +304,43 @@ def _collect_gpu(backend: GpuBackend, i: int, cpu_words: int, node_words: int) -
             for p in v
         ),
     )
+    # "Clocks Event Reasons" (R535 renamed nvmlDeviceGetCurrentClocksThrottleReasons; older
+    # drivers only have the old name), "Temperature", "GPU Power Readings", "Clocks", "Max
+    # Clocks", "Applications Clocks", "Default Applications Clocks", "Replays Since Reset"
+    reasons = g.ask_newest(
+        "clocks_event_reasons",
+        ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+        conv=int,
+    )
+    temp = g.ask("temperature", "nvmlDeviceGetTemperature", TEMPERATURE_GPU, conv=int)
+    slowdown = g.ask(
+        "temperature_slowdown",
+        "nvmlDeviceGetTemperatureThreshold",
+        THRESHOLD_SLOWDOWN,
+        conv=int,
+    )
+    shutdown = g.ask(
+        "temperature_shutdown",
+        "nvmlDeviceGetTemperatureThreshold",
+        THRESHOLD_SHUTDOWN,
+        conv=int,
+    )
+    power = g.ask("power_usage", "nvmlDeviceGetPowerUsage", conv=int)
+    limit = g.ask("power_limit", "nvmlDeviceGetEnforcedPowerLimit", conv=int)
+    default_limit = g.ask(
+        "power_default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", conv=int
+    )
+    clocks = {
+        f"{kind}_{name}": g.ask(f"{kind}_{name}", fn, clock, conv=int)
+        for kind, fn in (
+            ("clock", "nvmlDeviceGetClockInfo"),
+            ("clock_max", "nvmlDeviceGetMaxClockInfo"),
+            ("app_clock", "nvmlDeviceGetApplicationsClock"),
+            ("default_app_clock", "nvmlDeviceGetDefaultApplicationsClock"),
+        )
+        for name, clock in (("sm", CLOCK_SM), ("mem", CLOCK_MEM))
+    }
+    replays = g.ask("pcie_replay_count", "nvmlDeviceGetPcieReplayCounter", conv=int)
     return NvmlGpu(
         index=i,
         address=address,
@@ -270,6 +380,22 @@ def _collect_gpu(backend: GpuBackend, i: int, cpu_words: int, node_words: int) -
         processes=procs,
         lost=g.lost,
         unavailable=tuple(g.unavailable),
+        clocks_event_reasons=reasons,
+        temperature_c=temp,
+        temperature_slowdown_c=slowdown,
+        temperature_shutdown_c=shutdown,
+        power_usage_mw=power,
+        power_limit_mw=limit,
+        power_default_limit_mw=default_limit,
+        clock_sm_mhz=clocks["clock_sm"],
+        clock_sm_max_mhz=clocks["clock_max_sm"],
+        clock_mem_mhz=clocks["clock_mem"],
+        clock_mem_max_mhz=clocks["clock_max_mem"],
+        app_clock_sm_mhz=clocks["app_clock_sm"],
+        app_clock_mem_mhz=clocks["app_clock_mem"],
+        default_app_clock_sm_mhz=clocks["default_app_clock_sm"],
+        default_app_clock_mem_mhz=clocks["default_app_clock_mem"],
+        pcie_replay_count=replays,
     )
 
 
@@ -283,6 +409,7 @@ def _nvlinks(g: _Gpu) -> tuple[NvLink, ...]:
         # `nvlinks` would read as "this GPU has no NVLink" (tests/fixtures/nvml/gpu-lost.json).
         g.unavailable.append(("nvlink", "GpuIsLost"))
         return ()
+    counters = True
     for link in range(MAX_NVLINKS):
         try:
             state = g.backend.call("nvmlDeviceGetNvLinkState", g.index, link)
@@ -314,5 +441,23 @@ def _nvlinks(g: _Gpu) -> tuple[NvLink, ...]:
         remote = g.ask(
             f"nvlink{link}.remote_pci", "nvmlDeviceGetNvLinkRemotePciInfo", link, conv=pci_address
         )
-        links.append(NvLink(link, bool(int(state)), version, remote_type, remote))
+        # `nvidia-smi nvlink -s` speed; `nvidia-smi nvlink -e` error counters
+        speed = g.ask(
+            f"nvlink{link}.speed",
+            "nvmlDeviceGetFieldValues",
+            FI_NVLINK_GET_SPEED,
+            link,
+            conv=int,
+        )
+        errors: list[int | None] = [None] * len(NVLINK_ERROR_COUNTERS)
+        if counters:
+            for c, name in enumerate(NVLINK_ERROR_COUNTERS):
+                errors[c] = g.ask(
+                    f"nvlink{link}.{name}", "nvmlDeviceGetNvLinkErrorCounter", link, c, conv=int
+                )
+            if not links and all(e is None for e in errors):
+                # NotSupported on the first link: this GPU keeps no DL counters (Blackwell);
+                # said once, not for every link.
+                counters = False
+        links.append(NvLink(link, bool(int(state)), version, remote_type, remote, speed, *errors))
     return tuple(links)

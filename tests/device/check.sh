@@ -6,7 +6,13 @@
 #      clips CPU Affinity to the caller's cpuset; mcpnode does not, and that is only a note);
 #   2. `nvidia-smi -q -x` + `nvidia-smi nvlink -s` vs `mcpnode gpus --format json`, per GPU by
 #      bus id: name, UUID, persistence, ECC, MIG, remapped rows, PCIe gen/width, active NVLinks;
-#   3. on the live host, when the probe's bindings are installed: `mcpnode probe` live, then the
+#   3. the same XML vs mcpnode's health facts: clocks event reasons, temperature, power limits,
+#      max/applications clocks, PCIe replays;
+#   4. `nvidia-smi topo -p2p r` vs the NVML matrix of `mcpnode topo --p2p`;
+#   5. `mcpnode snapshot` of this host replayed: the topology its capture computed (every new
+#      NVML answer, the kernel log, AER, IB and config-space files recorded), and the health
+#      findings (XIDs, AER, IB ports, ACS) of the live audit equal the replay's;
+#   6. on the live host, when the probe's bindings are installed: `mcpnode probe` live, then the
 #      same run replayed from a snapshot of this host (`--root`), the two reports equal but for
 #      `source`; the figures are printed. With $OUT set, `mcpnode snapshot --probe` also leaves
 #      $OUT/probe-snapshot.tar.gz, the capture to commit as a fixture.
@@ -68,6 +74,31 @@ echo "== GPUs: nvidia-smi -q -x, nvidia-smi nvlink -s vs mcpnode gpus --root $ro
 "$PY" -m tests.device.compare gpus "$tmp/nvsmi-q.xml" "$tmp/mcpnode-gpus.json" \
   ${nvlink[@]+"${nvlink[@]}"}
 rc_gpus=$?
+echo "== GPU health: nvidia-smi -q -x vs mcpnode gpus --root $root --format json"
+"$PY" -m tests.device.compare health "$tmp/nvsmi-q.xml" "$tmp/mcpnode-gpus.json"
+rc_health=$?
+rc_p2p=0
+if capture nvsmi-p2p.txt nvidia-smi topo -p2p r; then
+  capture mcpnode-p2p.txt "$PY" -m mcpnode topo --p2p --root "$root" || exit 2
+  echo "== P2P: nvidia-smi topo -p2p r vs mcpnode topo --p2p --root $root"
+  "$PY" -m tests.device.compare p2p "$tmp/nvsmi-p2p.txt" "$tmp/mcpnode-p2p.txt"
+  rc_p2p=$?
+else
+  echo "check.sh: P2P matrix not compared" >&2
+fi
+echo "== replay: mcpnode snapshot of $root, replayed"
+capture snapshot.txt "$PY" -m mcpnode snapshot --root "$root" -o "$tmp/snap.tar.gz" || exit 2
+"$PY" -m tests.device.compare replay "$tmp/snap.tar.gz"
+rc_replay=$?
+health=(--only gpu.xid --only gpu.sxid --only pcie --only ib --only p2p --format json)
+# exit 1 is the audit's verdict (something FAILed), not a failure to run
+"$PY" -m mcpnode audit --root "$root" "${health[@]}" >"$tmp/audit-live.json" 2>"$tmp/stderr"
+[ $? -le 1 ] || { cat "$tmp/stderr" >&2; exit 2; }
+"$PY" -m mcpnode audit --root "$tmp/snap.tar.gz" "${health[@]}" >"$tmp/audit-replay.json" \
+  2>"$tmp/stderr"
+[ $? -le 1 ] || { cat "$tmp/stderr" >&2; exit 2; }
+"$PY" -m tests.device.compare audits "$tmp/audit-live.json" "$tmp/audit-replay.json"
+rc_audits=$?
 
 # The probe: exit 1 from it is its findings, not a failure of this check; 2 is.
 rc_probe=0
@@ -112,17 +143,21 @@ else
   fi
 fi
 
-if [ "$rc_topo" -ge 2 ] || [ "$rc_gpus" -ge 2 ] || [ "$rc_probe" -ge 2 ]; then
-  echo "check.sh: an output could not be parsed, or the probe could not run"
-  exit 2
-fi
+rcs="$rc_topo $rc_gpus $rc_health $rc_p2p $rc_replay $rc_audits $rc_probe"
+for rc in $rcs; do
+  if [ "$rc" -ge 2 ]; then
+    echo "check.sh: an output could not be parsed, or the probe could not run"
+    exit 2
+  fi
+done
 if [ "$rc_probe" -ne 0 ]; then
   echo "check.sh: the probe's replay differs from the live run (DIFF lines above)"
 fi
-if [ "$rc_topo" -ne 0 ] || [ "$rc_gpus" -ne 0 ]; then
-  echo "check.sh: mcpnode and nvidia-smi differ (DIFF lines above)"
-  exit 1
-fi
-[ "$rc_probe" -eq 0 ] || exit 1
+for rc in $rcs; do
+  if [ "$rc" -ne 0 ]; then
+    echo "check.sh: mcpnode and nvidia-smi differ (DIFF lines above)"
+    exit 1
+  fi
+done
 echo "check.sh: mcpnode and nvidia-smi agree"
 exit 0

@@ -2,6 +2,10 @@
 
     python3 -m tests.device.compare topo NVSMI_TOPO_M MCPNODE_TOPO
     python3 -m tests.device.compare gpus NVSMI_Q_XML MCPNODE_GPUS_JSON [--nvlink NVLINK_S]
+    python3 -m tests.device.compare health NVSMI_Q_XML MCPNODE_GPUS_JSON
+    python3 -m tests.device.compare p2p NVSMI_TOPO_P2P_R MCPNODE_TOPO_P2P
+    python3 -m tests.device.compare replay SNAPSHOT
+    python3 -m tests.device.compare audits LIVE_AUDIT_JSON REPLAYED_AUDIT_JSON
 
 `topo`: both matrices parsed by tests/nvsmi.py, GPUs matched by index (GPU0..), NICs by their
 legend name (NIC0 -> mlx5_0), every differing cell printed, then CPU Affinity, NUMA Affinity and
@@ -15,6 +19,21 @@ process's CPUs is a note, not a difference.
 ECC mode, MIG mode, remapped rows pending/failure, PCIe gen/width current/max, active NVLinks.
 `nvidia-smi nvlink -s` says nothing about a GPU without NVLink; when mcpnode counts 0 links of 0
 for it, that is a note, not a difference.
+
+`health`: the clocks, thermal, power and PCIe replay facts of `nvidia-smi -q -x` (clocks event
+reasons by name, GPU temperature, enforced and default power limit, maximum, applications and
+default applications clocks, replay counter) against mcpnode's NVML facts. Readings taken a
+moment apart may move: the GpuIdle reason is not compared, temperatures within 5 C and a replay
+counter that grew by less than 1000 between the two reads are the same. A fact mcpnode's root
+did not record (NotRecorded: a replay of an older snapshot) is a note.
+
+`p2p`: the `nvidia-smi topo -p2p r` matrix against the NVML matrix `mcpnode topo --p2p` prints
+first, cell by cell.
+
+`replay`: a snapshot replayed gives the topology its capture computed (the SHA-256 of the
+topology JSON in its `mcpnode-snapshot.json`): every NVML answer and file it needs is in it.
+`audits`: the health findings (gpu.xid, gpu.sxid, pcie.*, ib.*, p2p.*) of the live audit and of
+the snapshot's replay agree (id, subject, status).
 
 Exit status: 0 all match, 1 something differs (each difference printed), 2 an input could not
 be read or parsed.
@@ -429,6 +448,249 @@ def compare_gpus(
     return Result(tuple(diffs), tuple(notes), compared)
 
 
+# -- health facts: clocks, thermal, power, PCIe replays -------------------------------------------
+
+# nvidia-smi -q -x's clocks event reasons (R535+; clocks_throttle_reason_* before) -> NVML bit
+REASON_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks_setting": 0x100,
+}
+HEALTH_FACTS = (
+    "clocks_event_reasons",
+    "temperature_c",
+    "power_limit_mw",
+    "power_default_limit_mw",
+    "clock_sm_max_mhz",
+    "clock_mem_max_mhz",
+    "app_clock_sm_mhz",
+    "app_clock_mem_mhz",
+    "default_app_clock_sm_mhz",
+    "default_app_clock_mem_mhz",
+    "pcie_replay_count",
+)
+# mcpnode's `unavailable` fact name for each field
+_FACT_OF = {
+    "clocks_event_reasons": "clocks_event_reasons",
+    "temperature_c": "temperature",
+    "power_limit_mw": "power_limit",
+    "power_default_limit_mw": "power_default_limit",
+    "clock_sm_max_mhz": "clock_max_sm",
+    "clock_mem_max_mhz": "clock_max_mem",
+    "app_clock_sm_mhz": "app_clock_sm",
+    "app_clock_mem_mhz": "app_clock_mem",
+    "default_app_clock_sm_mhz": "default_app_clock_sm",
+    "default_app_clock_mem_mhz": "default_app_clock_mem",
+    "pcie_replay_count": "pcie_replay_count",
+}
+TEMPERATURE_SLACK_C = 5
+REPLAY_SLACK = 1000
+
+
+def _number(value: str | None, unit: str) -> float | None:
+    """`700.00 W`, `1980 MHz`, `36 C`; None for N/A and anything else."""
+    if value is None:
+        return None
+    m = re.fullmatch(rf"(\d+(?:\.\d+)?)\s*{unit}", value.strip())
+    return float(m.group(1)) if m else None
+
+
+def _reasons(gpu: ET.Element) -> int | None:
+    for section, prefix in (
+        ("clocks_event_reasons", "clocks_event_reason_"),
+        ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+    ):
+        el = gpu.find(section)
+        if el is None:
+            continue
+        mask, seen = 0, False
+        for child in el:
+            bit = REASON_BITS.get(child.tag.removeprefix(prefix))
+            if bit is None or child.text is None:
+                continue
+            seen = True
+            if child.text.strip() == "Active":
+                mask |= bit
+        return mask if seen else None
+    return None
+
+
+def parse_smi_health(text: str) -> dict[str, dict[str, int | None]]:
+    """`nvidia-smi -q -x` -> bus id -> the HEALTH_FACTS it shows (mW for power)."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise InputError(f"nvidia-smi -q -x: not XML: {err}") from err
+    out: dict[str, dict[str, int | None]] = {}
+
+    def mhz(g: ET.Element, path: str) -> int | None:
+        v = _number(_text(g, path), "MHz")
+        return None if v is None else int(v)
+
+    def mw(g: ET.Element, *paths: str) -> int | None:
+        for path in paths:
+            v = _number(_text(g, path), "W")
+            if v is not None:
+                return round(v * 1000)
+        return None
+
+    for g in root.findall("gpu"):
+        bus = g.get("id") or _text(g, "pci/pci_bus_id")
+        if bus is None:
+            raise InputError("nvidia-smi -q -x: a GPU has no bus id")
+        temp = _number(_text(g, "temperature/gpu_temp"), "C")
+        out[normalise_bus_id(bus)] = {
+            "clocks_event_reasons": _reasons(g),
+            "temperature_c": None if temp is None else int(temp),
+            "power_limit_mw": mw(
+                g, "gpu_power_readings/current_power_limit", "power_readings/power_limit"
+            ),
+            "power_default_limit_mw": mw(
+                g, "gpu_power_readings/default_power_limit", "power_readings/default_power_limit"
+            ),
+            "clock_sm_max_mhz": mhz(g, "max_clocks/sm_clock"),
+            "clock_mem_max_mhz": mhz(g, "max_clocks/mem_clock"),
+            "app_clock_sm_mhz": mhz(g, "applications_clocks/graphics_clock"),
+            "app_clock_mem_mhz": mhz(g, "applications_clocks/mem_clock"),
+            "default_app_clock_sm_mhz": mhz(g, "default_applications_clocks/graphics_clock"),
+            "default_app_clock_mem_mhz": mhz(g, "default_applications_clocks/mem_clock"),
+            "pcie_replay_count": _int(_text(g, "pci/replay_counter")),
+        }
+    return out
+
+
+def parse_mcpnode_health(
+    doc: Mapping[str, Any],
+) -> dict[str, tuple[dict[str, int | None], dict[str, str]]]:
+    """`mcpnode gpus --format json` -> bus id -> (HEALTH_FACTS, why each missing one is)."""
+    if doc.get("schema") != GPUS_SCHEMA:
+        raise InputError(f"mcpnode gpus: schema {doc.get('schema')!r}, expected {GPUS_SCHEMA}")
+    out = {}
+    for g in doc["gpus"]:
+        f = g.get("nvml") or {}
+        why = {str(k): str(v) for k, v in f.get("unavailable", [])}
+        out[str(g["address"])] = ({k: f.get(k) for k in HEALTH_FACTS}, why)
+    return out
+
+
+def compare_health(
+    smi: Mapping[str, Mapping[str, int | None]],
+    mcp: Mapping[str, tuple[Mapping[str, int | None], Mapping[str, str]]],
+) -> Result:
+    diffs: list[Diff] = []
+    notes: list[str] = []
+    compared = 0
+    for bus in sorted(smi):
+        if bus not in mcp:
+            diffs.append(Diff(bus, "GPU", "listed", "absent"))
+            continue
+        facts, why = mcp[bus]
+        for name in HEALTH_FACTS:
+            a, b = smi[bus].get(name), facts.get(name)
+            if a is None and b is None:
+                continue
+            compared += 1
+            if name == "clocks_event_reasons" and a is not None and b is not None:
+                a, b = a & ~0x1, b & ~0x1  # GpuIdle comes and goes between two reads
+            if a == b:
+                continue
+            if a is not None and b is not None:
+                if name == "temperature_c" and abs(a - b) <= TEMPERATURE_SLACK_C:
+                    continue
+                if name == "pcie_replay_count" and 0 <= a - b < REPLAY_SLACK:
+                    continue
+            if b is None and why.get(_FACT_OF[name]) == "NotRecorded":
+                notes.append(f"{bus} {name}: not recorded in mcpnode's root (nvidia-smi {a})")
+                continue
+            note = ""
+            if b is None:
+                note = f"NVML: {why.get(_FACT_OF[name], 'not reported')}"
+            diffs.append(Diff(bus, name, _show(a), _show(b), note))
+    return Result(tuple(diffs), tuple(notes), compared)
+
+
+# -- peer-to-peer matrix ------------------------------------------------------------------------
+
+
+def parse_p2p_matrix(text: str) -> dict[tuple[str, str], str]:
+    """The first GPU x GPU matrix of `nvidia-smi topo -p2p r` (or `mcpnode topo --p2p`, whose
+    first matrix is NVML's): a header of GPU labels, one row per GPU, ` X ` on the diagonal."""
+    lines = [line for line in text.replace("\x1b[4m", "").replace("\x1b[0m", "").splitlines()]
+    for i, line in enumerate(lines):
+        cols = line.split()
+        if cols and all(re.fullmatch(r"GPU\d+", c) for c in cols):
+            out = {}
+            for row in lines[i + 1 : i + 1 + len(cols)]:
+                cells = row.split()
+                if len(cells) != len(cols) + 1 or cells[0] not in cols:
+                    raise InputError(f"P2P matrix row {row!r} does not match its header")
+                out.update({(cells[0], c): v for c, v in zip(cols, cells[1:], strict=True)})
+            return out
+    raise InputError("no GPU matrix found")
+
+
+def compare_p2p(smi: Mapping[tuple[str, str], str], mcp: Mapping[tuple[str, str], str]) -> Result:
+    diffs = [
+        Diff(f"{r} x {c}", "p2p read", smi.get((r, c), "(absent)"), mcp.get((r, c), "(absent)"))
+        for r, c in sorted(set(smi) | set(mcp))
+        if smi.get((r, c)) != mcp.get((r, c))
+    ]
+    return Result(tuple(diffs), (), len(set(smi) | set(mcp)))
+
+
+# -- replay: a snapshot gives what its capture saw --------------------------------------------
+
+HEALTH_IDS = ("gpu.xid", "gpu.sxid", "pcie.", "ib.", "p2p.")
+
+
+def compare_replay(snapshot: Path) -> Result:
+    """The topology a snapshot replays to, against the hash its capture recorded."""
+    import hashlib
+
+    from mcpnode.host import Host
+    from mcpnode.topology.discover import discover_host
+    from mcpnode.topology.jsonify import topology_json
+
+    with Host(snapshot) as host:
+        meta = json.loads(host.read_text("/mcpnode-snapshot.json"))
+        body = json.dumps(topology_json(discover_host(host)), sort_keys=True).encode()
+    want = meta.get("topology_sha256")
+    got = hashlib.sha256(body).hexdigest()
+    if want is None:
+        raise InputError(f"{snapshot}: no topology_sha256 in its metadata")
+    diffs = () if got == want else (Diff(str(snapshot), "topology", want[:16], got[:16]),)
+    return Result(tuple(diffs), (), 1)
+
+
+def _health_findings(doc: Mapping[str, Any]) -> dict[tuple[str, str | None], str]:
+    return {
+        (str(f["id"]), f.get("subject")): str(f["status"])
+        for f in doc["findings"]
+        if str(f["id"]).startswith(HEALTH_IDS)
+    }
+
+
+def compare_audits(live: Mapping[str, Any], replay: Mapping[str, Any]) -> Result:
+    a, b = _health_findings(live), _health_findings(replay)
+    diffs = [
+        Diff(
+            f"{fid} [{subject}]",
+            "status",
+            a.get((fid, subject), "absent"),
+            b.get((fid, subject), "absent"),
+        )
+        for fid, subject in sorted(set(a) | set(b), key=lambda k: (k[0], k[1] or ""))
+        if a.get((fid, subject)) != b.get((fid, subject))
+    ]
+    return Result(tuple(diffs), (), len(set(a) | set(b)))
+
+
 # -- command line ----------------------------------------------------------------------------------
 
 
@@ -447,9 +709,39 @@ def main(argv: list[str] | None = None) -> int:
     gpus.add_argument("nvsmi_xml", type=Path)
     gpus.add_argument("mcpnode_json", type=Path)
     gpus.add_argument("--nvlink", type=Path, help="`nvidia-smi nvlink -s` output")
+    health = sub.add_parser("health", help="clocks/thermal/power/replays: nvidia-smi vs mcpnode")
+    health.add_argument("nvsmi_xml", type=Path)
+    health.add_argument("mcpnode_json", type=Path)
+    p2p = sub.add_parser("p2p", help="nvidia-smi topo -p2p r vs mcpnode topo --p2p")
+    p2p.add_argument("nvsmi", type=Path)
+    p2p.add_argument("mcpnode", type=Path)
+    replay = sub.add_parser("replay", help="a snapshot replays to the topology it captured")
+    replay.add_argument("snapshot", type=Path)
+    audits = sub.add_parser("audits", help="health findings: live audit vs the replay's")
+    audits.add_argument("live", type=Path)
+    audits.add_argument("replay", type=Path)
     args = parser.parse_args(argv)
     try:
-        if args.what == "topo":
+        if args.what == "health":
+            result = compare_health(
+                parse_smi_health(args.nvsmi_xml.read_text()),
+                parse_mcpnode_health(json.loads(args.mcpnode_json.read_text())),
+            )
+            title = "GPU health facts"
+        elif args.what == "p2p":
+            result = compare_p2p(
+                parse_p2p_matrix(args.nvsmi.read_text()), parse_p2p_matrix(args.mcpnode.read_text())
+            )
+            title = "P2P matrix"
+        elif args.what == "replay":
+            result = compare_replay(args.snapshot)
+            title = "snapshot replay"
+        elif args.what == "audits":
+            result = compare_audits(
+                json.loads(args.live.read_text()), json.loads(args.replay.read_text())
+            )
+            title = "health findings, live vs replay"
+        elif args.what == "topo":
             result = compare_topo(
                 parse_topo_matrix(args.nvsmi.read_text()),
                 parse_topo_matrix(args.mcpnode.read_text()),

@@ -37,7 +37,7 @@ import posixpath
 from collections.abc import Callable
 from typing import TypeVar
 
-from mcpnode.audit.container import cdi, runtime, toolkit
+from mcpnode.audit.container import cdi, cgroup, runtime, toolkit
 from mcpnode.audit.container.config import (
     CdiSpec,
     ConfigError,
@@ -60,6 +60,8 @@ from mcpnode.audit.container.facts import (
     DEV,
     DEV_CHAR,
     DOCKER_CONFIG,
+    DOCKER_INFO,
+    KUBELET_CONFIG,
     MAX_IMPORTS,
     RUNTIME,
     TOOLKIT_CONFIG,
@@ -124,6 +126,8 @@ def collect(host: Host, ctx: AuditContext) -> ContainerFacts:
         cdi=tuple(cdi),
         dev_nodes=dev_nodes,
         dev_char=dev_char,
+        docker_info=host.command(DOCKER_INFO),
+        kubelet=read_file(host, KUBELET_CONFIG),
     )
 
 
@@ -235,4 +239,5 @@ def check(facts: ContainerFacts, ctx: AuditContext) -> list[Finding]:
         *toolkit.check(facts, ctx, tools),
         *runtime.check(facts, ctx, tools),
         *cdi.check(facts, ctx, tools),
+        cgroup.check(facts, ctx),
     ]

@@ -151,6 +151,9 @@ class ContainerdConfig:
     nvidia: ContainerdRuntime | None
     default_runtime: str | None  # default_runtime_name (last table that sets it)
     default_table: str | None
+    # The default runtime's options.SystemdCgroup (v2/v3), or the CRI plugin's systemd_cgroup
+    # (v1); None: not set here (containerd's default is cgroupfs)
+    systemd_cgroup: bool | None = None
 
 
 def _dotted(keys: tuple[str, ...]) -> str:
@@ -167,12 +170,20 @@ def parse_containerd(text: str) -> ContainerdConfig:
         raise ConfigError('"imports" is not a list of strings')
     nvidia = None
     default = default_table = None
+    systemd: bool | None = None
     for keys in CONTAINERD_CRI_TABLES:
         cri = _table(doc, *keys)
         if cri is None:
             continue
         if isinstance(cri.get("default_runtime_name"), str):
             default, default_table = cri["default_runtime_name"], _dotted(keys)
+        # config version 1 put the switch on the plugin itself
+        parent = _table(doc, *keys[:-1]) or {}
+        if isinstance(parent.get("systemd_cgroup"), bool):
+            systemd = parent["systemd_cgroup"]
+        runc = _table(cri, "runtimes", cri.get("default_runtime_name") or "runc", "options")
+        if runc is not None and isinstance(runc.get("SystemdCgroup"), bool):
+            systemd = runc["SystemdCgroup"]
         runtime = _table(cri, "runtimes", NVIDIA_RUNTIME)
         if runtime is not None and nvidia is None:
             options = _table(runtime, "options") or {}
@@ -187,6 +198,7 @@ def parse_containerd(text: str) -> ContainerdConfig:
         nvidia=nvidia,
         default_runtime=default,
         default_table=default_table,
+        systemd_cgroup=systemd,
     )
 
 
@@ -199,6 +211,7 @@ class CrioConfig:
     nvidia_path: str | None  # crio.runtime.runtimes.nvidia.runtime_path
     has_nvidia: bool
     default_runtime: str | None
+    cgroup_manager: str | None = None  # crio.runtime.cgroup_manager (CRI-O's default: systemd)
 
 
 def parse_crio(text: str) -> CrioConfig:
@@ -212,6 +225,7 @@ def parse_crio(text: str) -> CrioConfig:
         nvidia_path=_str(nvidia.get("runtime_path")) if nvidia is not None else None,
         has_nvidia=nvidia is not None,
         default_runtime=_str(runtime.get("default_runtime")),
+        cgroup_manager=_str(runtime.get("cgroup_manager")),
     )
 
 

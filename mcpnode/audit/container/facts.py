@@ -33,6 +33,9 @@ CRIO_WRONG_DIR = "/etc/crio/conf.d"
 # Static specs first, then dynamic ones (which win on conflicts): the CDI registry's order
 # (tags.cncf.io/container-device-interface pkg/cdi/spec-dirs.go).
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+DOCKER_INFO = ("docker", "info", "--format", "{{json .}}")
+# Where kubeadm writes the KubeletConfiguration (kubeadm's --config for the kubelet)
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 CDI_SUFFIXES = (".yaml", ".json")  # the registry reads only these
 DEV = "/dev"
 DEV_CHAR = "/dev/char"
@@ -84,3 +87,5 @@ class ContainerFacts:
     cdi: tuple[Parsed[CdiSpec], ...]
     dev_nodes: tuple[str, ...] | None  # /dev/nvidia* device nodes; None: no /dev here
     dev_char: frozenset[str] | None  # what /dev/char links point at; None: no /dev/char
+    docker_info: CommandResult | None = None  # `docker info --format '{{json .}}'`
+    kubelet: FileRead | None = None  # the kubelet's KubeletConfiguration file

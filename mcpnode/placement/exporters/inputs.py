@@ -35,6 +35,8 @@ class AuditSummary:
     drift_keys: tuple[str, ...]
     profile: str | None
     tuning_compliant: bool | None
+    # PCI addresses of the GPUs a finding about FAILed (manifest `gpus[].health`: unhealthy)
+    unhealthy_gpus: tuple[str, ...] = ()
 
     def count(self, status: str) -> int:
         return dict(self.counts).get(status, 0)
@@ -51,11 +53,18 @@ def summarize(report: AuditReport) -> AuditSummary:
     )
     passed = any(f.id == _DRIFT_ID and f.status is Status.PASS for f in report.findings)
     compliant = False if drift else (True if passed else None)
+    subjects = {f.subject for f in report.findings if f.status is Status.FAIL and f.subject}
+    gpus = sorted(
+        s
+        for s in subjects
+        if any(f.subject == s and f.id.startswith("gpu.") for f in report.findings)
+    )
     return AuditSummary(
         counts=tuple((s.value, report.count(s)) for s in Status),
         drift_keys=tuple(drift),
         profile=report.profile,
         tuning_compliant=compliant,
+        unhealthy_gpus=tuple(gpus),
     )
 
 

@@ -161,6 +161,15 @@ def labels(
     if audit is not None:
         put("audit-fail", audit.count("FAIL"))
         put("audit-warn", audit.count("WARN"))
+        if gpus:
+            # GPUs the audit found unhealthy (an XID, hardware throttling, a fatal AER ...):
+            # a scheduler can keep new pods off them (nodeAffinity on gpu-unhealthy-count=0)
+            index_of = {str(g.address): g.index for g in gpus}
+            bad = sorted(index_of[a] for a in audit.unhealthy_gpus if a in index_of)
+            put("gpu-unhealthy-count", len(bad))
+            listed = "-".join(str(i) for i in bad)
+            if bad and len(listed) <= VALUE_MAX:
+                put("gpu-unhealthy", listed)
         put("tuning-profile", audit.profile)
         # Three-valued: `unknown` when compliance could not be told (never a missing label
         # a `NotIn false` selector would read as compliant).

@@ -1,0 +1,399 @@
+"""Expected inventory: what a node of its kind must have (GPU count and model, NVLinks per GPU,
+PCIe generation and width per GPU, RDMA NICs and their rate, NUMA nodes, a minimum driver), so
+a node that lost a GPU from both sysfs and NVML FAILs on its own, not only when a fleet report
+compares it with its neighbours.
+
+The expectation is an `[expect]` table (docs/config.md): in the agent's configuration, or in
+the file given to `mcpnode audit --expect FILE`, which `mcpnode expect --write FILE` writes
+from a known-good host. Without `--expect`, the audit reads the `[expect]` table of
+/etc/mcpnode/mcpnode.toml under the root when there is one. Every key is optional; a key not
+given checks nothing. Parsing is strict: an unknown key or a value of the wrong type is an
+error naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from mcpnode.audit.context import AuditContext
+from mcpnode.audit.expectation import Expectation, ExpectError
+from mcpnode.audit.facts import read_file
+from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.host import Host
+from mcpnode.topology.model import Gpu, Topology
+from mcpnode.tuning import tomlsafe
+from mcpnode.tuning.tomlsafe import TomlRejected
+
+CONFIG_PATH = "/etc/mcpnode/mcpnode.toml"
+MAX_EXPECT_BYTES = 1 << 20
+__all__ = ["ExpectError", "Expectation", "check", "collect", "parse_expect_file", "parse_table"]
+
+# key: (type, check, what it must be)
+_INT_KEYS = {
+    "gpu_count": (0, 1024),
+    "nvlinks_per_gpu": (0, 36),
+    "pcie_gen": (1, 7),
+    "pcie_width": (1, 32),
+    "nic_count": (0, 1024),
+    "numa_nodes": (1, 1024),
+}
+_VERSION = re.compile(r"\d+(\.\d+){0,3}\Z")
+
+
+def parse_table(table: object, file: str, prefix: str = "expect") -> Expectation:
+    """An `[expect]` table (already parsed TOML) -> Expectation. Raises ExpectError."""
+    if not isinstance(table, dict):
+        raise ExpectError(file, prefix, f"must be a table ([{prefix}]), not {type(table).__name__}")
+    known = [f.name for f in fields(Expectation)]
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        where = f"{prefix}.{key}"
+        if key not in known:
+            raise ExpectError(file, where, f"unknown key (keys of [{prefix}]: {', '.join(known)})")
+        if key in _INT_KEYS:
+            lo, hi = _INT_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ExpectError(file, where, f"must be an integer {lo}..{hi}, not {value!r}")
+        elif key == "nic_rate_gbps":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ExpectError(file, where, f"must be a positive number, not {value!r}")
+            value = float(value)
+        elif key == "gpu_model":
+            if not isinstance(value, str) or not value.strip() or len(value) > 128:
+                raise ExpectError(file, where, f"must be NVML's product name, not {value!r}")
+        elif key == "driver_min" and (not isinstance(value, str) or not _VERSION.match(value)):
+            raise ExpectError(file, where, f"must be a version such as '550.54', not {value!r}")
+        values[key] = value
+    return Expectation(**values)
+
+
+def parse_expect_file(text: str, file: str) -> Expectation:
+    """A TOML file holding an `[expect]` table (other tables are not read here: the agent's
+    configuration itself will do). Raises ExpectError."""
+    if len(text.encode("utf-8", "surrogateescape")) > MAX_EXPECT_BYTES:
+        raise ExpectError(file, None, f"larger than {MAX_EXPECT_BYTES} bytes")
+    try:
+        doc = tomlsafe.loads(text)
+    except TomlRejected as err:
+        raise ExpectError(file, None, f"not valid TOML: {err}") from None
+    if "expect" not in doc:
+        raise ExpectError(file, "expect", "no [expect] table")
+    return parse_table(doc["expect"], file)
+
+
+def expect_lines(e: Expectation) -> list[str]:
+    """`[expect]` with the keys `e` sets, as TOML that parse_table reads back to `e`."""
+    lines = ["[expect]"]
+    for f in fields(Expectation):
+        value = getattr(e, f.name)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            text = json.dumps(value)  # a TOML basic string: the same escapes as JSON's
+        elif isinstance(value, float):
+            text = repr(value)
+        else:
+            text = str(value)
+        lines.append(f"{f.name} = {text}")
+    return lines
+
+
+def load_expect_file(host: Host, path: str) -> Expectation:
+    """`--expect FILE`: the file read through `host` (the live machine's `/`: the file is the
+    operator's, not the audited root's), parsed strictly. Raises ExpectError, naming the file
+    for a missing or unreadable one too."""
+    from mcpnode.errors import HostError, TooLarge
+
+    try:
+        # bounded while reading: a FIFO or a huge file is refused, never slurped
+        data = host.read_bytes(path, limit=MAX_EXPECT_BYTES)
+    except TooLarge:
+        raise ExpectError(path, None, f"larger than {MAX_EXPECT_BYTES} bytes") from None
+    except HostError as err:
+        raise ExpectError(path, None, f"cannot be read: {err.detail}") from None
+    if len(data) > MAX_EXPECT_BYTES:
+        raise ExpectError(path, None, f"larger than {MAX_EXPECT_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ExpectError(path, None, f"not UTF-8 (byte {err.start})") from None
+    return parse_expect_file(text, path)
+
+
+def expectation_of(host: Host, topo: Topology) -> Expectation:
+    """What this (known-good) host has, as an expectation for hosts of its kind: GPU count and
+    model, the fewest active NVLinks of a GPU, the lowest GPU PCIe generation and width, the
+    RDMA NICs and their slowest ACTIVE port, the NUMA nodes, this driver as the minimum."""
+    from mcpnode.audit.ib import rate_gbps, read_ports
+
+    gpus = topo.gpus
+    names = {g.nvml.name for g in gpus if g.nvml is not None}
+    links = [g.nvml.active_links for g in gpus if g.nvml is not None and g.nvml.nvlinks]
+    pcie = [gpu_link(g) for g in gpus]
+    gens = [gen for gen, _ in pcie if gen is not None]
+    widths = [w for _, w in pcie if w is not None]
+    nics = [n for n in topo.nics if n.rdma_devices and not n.is_virtual_function]
+    rates = [
+        r
+        for p in read_ports(host).ports
+        if (p.state.text or "").strip().endswith("ACTIVE")
+        and (r := rate_gbps(p.rate.text)) is not None
+    ]
+    nvml = topo.nvml
+    return Expectation(
+        gpu_count=len(gpus),
+        gpu_model=next(iter(names)) if len(names) == 1 and None not in names else None,
+        nvlinks_per_gpu=min(links) if links and len(links) == len(gpus) else None,
+        pcie_gen=min(gens) if gens and len(gens) == len(gpus) else None,
+        pcie_width=min(widths) if widths and len(widths) == len(gpus) else None,
+        nic_count=len(nics),
+        nic_rate_gbps=min(rates) if rates else None,
+        numa_nodes=len(topo.numa_nodes),
+        driver_min=nvml.driver_version if nvml is not None and nvml.available else None,
+    )
+
+
+def render(e: Expectation, source: str) -> str:
+    """The file `mcpnode expect` writes: a comment saying where it came from, then [expect]."""
+    head = [
+        f"# Expected inventory written by `mcpnode expect` from {source}.",
+        "# Check a host against it: mcpnode audit --expect FILE (or paste the table into the",
+        "# agent's /etc/mcpnode/mcpnode.toml). Keys: docs/config.md, [expect].",
+        "",
+    ]
+    return "\n".join([*head, *expect_lines(e)]) + "\n"
+
+
+@dataclass(frozen=True)
+class ExpectFacts:
+    expect: Expectation | None
+    source: str | None  # where it came from
+    error: str | None  # the [expect] table could not be used
+
+
+def collect(host: Host, ctx: AuditContext) -> ExpectFacts:
+    if ctx.expect is not None:
+        return ExpectFacts(ctx.expect, ctx.expect_source, None)
+    read = read_file(host, CONFIG_PATH)
+    if read.text is None:
+        return ExpectFacts(None, None, None if read.missing else f"{CONFIG_PATH}: {read.error}")
+    try:
+        doc = tomlsafe.loads(read.text)
+    except TomlRejected as err:
+        return ExpectFacts(None, CONFIG_PATH, f"{CONFIG_PATH}: not valid TOML: {err}")
+    if "expect" not in doc:
+        return ExpectFacts(None, None, None)
+    try:
+        return ExpectFacts(parse_table(doc["expect"], CONFIG_PATH), CONFIG_PATH, None)
+    except ExpectError as err:
+        return ExpectFacts(None, CONFIG_PATH, str(err))
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    m = re.match(r"(\d+(?:\.\d+)*)", text)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def check(facts: ExpectFacts, ctx: AuditContext) -> list[Finding]:
+    if facts.error is not None:
+        return [
+            Finding(
+                "expect.config",
+                Status.FAIL,
+                f"expected inventory not checked: {facts.error}",
+                (Evidence(facts.source or CONFIG_PATH, facts.error),),
+                "Fix the [expect] table (docs/config.md); `mcpnode expect` prints one from a "
+                "known-good host",
+            )
+        ]
+    e = facts.expect
+    if e is None:
+        return [
+            Finding(
+                "expect.config",
+                Status.SKIP,
+                "expected inventory not checked: no expectation (`mcpnode audit --expect FILE`, "
+                f"or an [expect] table in {CONFIG_PATH})",
+                (Evidence(CONFIG_PATH, "no [expect] table"),),
+                "Write one from a known-good host of this kind: `mcpnode expect --write FILE`",
+            )
+        ]
+    src = facts.source or "[expect]"
+    topo = ctx.topology
+    out: list[Finding] = []
+    if e.gpu_count is not None:
+        out.append(_gpu_count(topo, ctx, e.gpu_count, src))
+    if e.gpu_model is not None:
+        out.append(_gpu_model(topo, e.gpu_model, src))
+    if e.nvlinks_per_gpu is not None:
+        out.append(_nvlinks(topo, e.nvlinks_per_gpu, src))
+    if e.pcie_gen is not None or e.pcie_width is not None:
+        out.append(_pcie(topo, e.pcie_gen, e.pcie_width, src))
+    if e.nic_count is not None:
+        nics = [n for n in topo.nics if n.rdma_devices and not n.is_virtual_function]
+        out.append(
+            _compare(
+                "expect.nic.count",
+                "RDMA NICs",
+                len(nics),
+                e.nic_count,
+                src,
+                ", ".join(n.rdma_devices[0] for n in nics) or "none",
+            )
+        )
+    if e.numa_nodes is not None:
+        out.append(
+            _compare(
+                "expect.numa.nodes",
+                "NUMA nodes",
+                len(topo.numa_nodes),
+                e.numa_nodes,
+                src,
+                ", ".join(str(n.id) for n in topo.numa_nodes),
+            )
+        )
+    if e.driver_min is not None:
+        out.append(_driver(ctx.driver_version, e.driver_min, src))
+    return out
+
+
+def _compare(fid: str, what: str, got: int, want: int, src: str, detail: str) -> Finding:
+    ev = (
+        Evidence(f"{src} ({fid.split('.', 1)[1]})", str(want)),
+        Evidence(what, f"{got}: {detail}"),
+    )
+    if got == want:
+        return Finding(fid, Status.PASS, f"{got} {what}, as expected", ev)
+    return Finding(
+        fid,
+        Status.FAIL,
+        f"{got} {what}, expected {want}",
+        ev,
+        f"Find what is missing (`mcpnode topo`, `dmesg`); drain the node until it has the {what} "
+        "of its kind",
+    )
+
+
+def _gpu_count(topo: Topology, ctx: AuditContext, want: int, src: str) -> Finding:
+    sysfs, nvml = ctx.gpu_count_sysfs, ctx.gpu_count_nvml
+    ev = (
+        Evidence(f"{src} (gpu_count)", str(want)),
+        Evidence("PCI bus (NVIDIA class 0x0300/0x0302)", str(sysfs)),
+        Evidence("nvmlDeviceGetCount", "unavailable" if nvml is None else str(nvml)),
+    )
+    if sysfs == want and nvml == want:
+        return Finding("expect.gpu.count", Status.PASS, f"{want} GPUs, as expected", ev)
+    seen = f"{sysfs} on the PCI bus, {'no NVML' if nvml is None else f'{nvml} in NVML'}"
+    return Finding(
+        "expect.gpu.count",
+        Status.FAIL,
+        f"{seen}; expected {want}",
+        ev,
+        "A GPU gone from the bus needs the node drained and power-cycled (check `dmesg | grep "
+        "-i xid` and the BMC's event log); reseat or RMA it if it stays gone",
+    )
+
+
+def _gpu_model(topo: Topology, want: str, src: str) -> Finding:
+    names = [(g.index, g.nvml.name if g.nvml is not None else None) for g in topo.gpus]
+    wrong = [f"GPU {i}: {n or 'unknown (no NVML)'}" for i, n in names if n != want]
+    ev = (
+        Evidence(f"{src} (gpu_model)", want),
+        Evidence("nvmlDeviceGetName", ", ".join(f"{i}={n or '?'}" for i, n in names) or "no GPU"),
+    )
+    if not wrong and names:
+        return Finding("expect.gpu.model", Status.PASS, f"every GPU is a {want}", ev)
+    return Finding(
+        "expect.gpu.model",
+        Status.FAIL,
+        f"GPU model not as expected ({want}): {'; '.join(wrong) or 'no GPU'}",
+        ev,
+        "A different model (or no NVML answer) means a swapped board or a broken driver: check "
+        "`nvidia-smi -L`",
+    )
+
+
+def _nvlinks(topo: Topology, want: int, src: str) -> Finding:
+    got = [(g.index, g.nvml.active_links if g.nvml is not None else None) for g in topo.gpus]
+    short = [
+        f"GPU {i}: {n if n is not None else 'unknown'}" for i, n in got if n is None or n < want
+    ]
+    ev = (
+        Evidence(f"{src} (nvlinks_per_gpu)", str(want)),
+        Evidence(
+            "nvmlDeviceGetNvLinkState (active)",
+            ", ".join(f"{i}={n if n is not None else '?'}" for i, n in got) or "no GPU",
+        ),
+    )
+    if not short and got:
+        return Finding("expect.gpu.nvlinks", Status.PASS, f"{want} active NVLinks per GPU", ev)
+    return Finding(
+        "expect.gpu.nvlinks",
+        Status.FAIL,
+        f"fewer active NVLinks than the {want} expected: {'; '.join(short) or 'no GPU'}",
+        ev,
+        "`nvidia-smi nvlink -s`; reset the GPUs or restart nvidia-fabricmanager; RMA the "
+        "baseboard if links stay down",
+    )
+
+
+def _pcie(topo: Topology, gen: int | None, width: int | None, src: str) -> Finding:
+    rows = []
+    bad = []
+    for g in topo.gpus:
+        gen_max, width_now = gpu_link(g)
+        rows.append(f"{g.index}=Gen{gen_max or '?'} x{width_now or '?'}")
+        if gen is not None and (gen_max is None or gen_max < gen):
+            bad.append(f"GPU {g.index}: Gen{gen_max or '?'}")
+        if width is not None and (width_now is None or width_now < width):
+            bad.append(f"GPU {g.index}: x{width_now or '?'}")
+    want = " ".join(x for x in (f"Gen{gen}" if gen else "", f"x{width}" if width else "") if x)
+    ev = (
+        Evidence(f"{src} (pcie_gen, pcie_width)", want),
+        Evidence("GPU PCIe link (max generation, current width)", ", ".join(rows) or "no GPU"),
+    )
+    if not bad and rows:
+        return Finding("expect.gpu.pcie", Status.PASS, f"every GPU's link reaches {want}", ev)
+    return Finding(
+        "expect.gpu.pcie",
+        Status.FAIL,
+        f"GPU PCIe links below the expected {want}: {'; '.join(bad) or 'no GPU'}",
+        ev,
+        "Reseat the GPU (riser, cable), check the slot's generation in the BIOS",
+    )
+
+
+# PCIe generation by transfer rate per lane (sysfs `max_link_speed`, PCI-SIG base specs)
+_GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def gpu_link(g: Gpu) -> tuple[int | None, int | None]:
+    """(maximum generation, current width) of a GPU's link: NVML's (max = min(GPU, slot)), else
+    sysfs's."""
+    n = g.nvml
+    gen = n.pcie_gen_max if n is not None else None
+    width = n.pcie_width_current if n is not None else None
+    if gen is None and g.link.max_speed_gts is not None:
+        gen = _GEN_OF_GTS.get(round(g.link.max_speed_gts, 1))
+    if width is None:
+        width = g.link.current_width
+    return gen, width
+
+
+def _driver(have: str | None, want: str, src: str) -> Finding:
+    ev = (Evidence(f"{src} (driver_min)", want), Evidence("driver", have or "unknown"))
+    got, need = _version(have), _version(want)
+    if got is not None and need is not None and got >= need:
+        return Finding("expect.driver", Status.PASS, f"driver {have} >= {want}", ev)
+    return Finding(
+        "expect.driver",
+        Status.FAIL,
+        f"driver {have or 'unknown'}, expected {want} or later",
+        ev,
+        f"Install NVIDIA driver {want} or later (and reboot, or reload the modules)",
+    )

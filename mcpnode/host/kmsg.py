@@ -1,0 +1,226 @@
+"""The kernel log (`/dev/kmsg`) through Host: what the XID/SXID health checks read.
+
+Live root: the character device, read non-blocking one record per read(2) until EAGAIN (so the
+agent can also wait on it in its selectors loop). Other roots: a regular file `dev/kmsg`
+holding records in kmsg format (what `mcpnode snapshot` records), refused when it is anything
+else, so a FIFO planted there cannot hang the read. Bounded in records and bytes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno as errno_mod
+import os
+import stat
+from typing import NamedTuple
+
+from mcpnode.errors import HostError, ReadError
+from mcpnode.host.process import HostProcesses
+from mcpnode.host.read import _READ_CHUNK
+from mcpnode.host.translate import _translate
+
+
+class HostKmsg(HostProcesses):
+    """The kernel log."""
+
+    def read_kmsg(self, max_bytes: int | None = None, max_records: int | None = None) -> KmsgRead:
+        """Every record the kernel log buffer holds now, oldest first, in /dev/kmsg's format
+        (`PRIORITY,SEQ,USEC,FLAGS;MESSAGE`, then ` KEY=VALUE` continuation lines;
+        Documentation/ABI/testing/dev-kmsg). At most the newest `max_records` records and
+        `max_bytes` bytes are kept (default KMSG_MAX_RECORDS, KMSG_MAX_BYTES; `truncated` says
+        when older ones were dropped).
+
+        Live root: `/dev/kmsg` opened O_RDONLY|O_NONBLOCK, one record per read(2) until EAGAIN
+        (the end of the buffer); EPIPE (records overwritten while reading) is counted in
+        `overwritten` and reading goes on. Other roots: the regular file `dev/kmsg` of the
+        root, one record per line (a snapshot writes it so); anything but a regular file is
+        refused, so a FIFO planted there cannot hang the read.
+
+        Raises PathNotFound (no kmsg: CONFIG_PRINTK off, or not in this root), AccessDenied
+        (EPERM/EACCES: kernel.dmesg_restrict without CAP_SYSLOG), ReadError. While recording,
+        the records read are kept as the file /dev/kmsg of the snapshot."""
+        stream = self.open_kmsg()
+        try:
+            got = stream.read_new(max_bytes, max_records, final=True)
+        finally:
+            stream.close()
+        if self._recording is not None:
+            self._recording.files[KMSG_PATH] = "".join(r + "\n" for r in got.records).encode()
+        return got
+
+    def open_kmsg(self) -> KmsgStream:
+        """The kernel log as a stream for a watcher, positioned at the oldest record.
+
+        Live root: `/dev/kmsg` non-blocking; `fileno()` can wait in a selector (readable when a
+        record arrives) and `read_new()` drains what arrived. Other roots: the regular file
+        `dev/kmsg`, read from where the last `read_new()` stopped; a regular file is always
+        readable, so `fileno()` is None there and the caller polls. Raises as read_kmsg."""
+        if self.is_live:
+            try:
+                fd = os.open(KMSG_PATH, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as err:
+                raise _translate(err, KMSG_PATH) from err
+            return KmsgStream(fd, None, KMSG_PATH)
+        try:
+            fs = self._real_fs(KMSG_PATH)
+            fd = os.open(fs, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except HostError:
+            raise
+        except OSError as err:
+            raise _translate(err, KMSG_PATH) from err
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ReadError(KMSG_PATH, None, "not a regular file (a snapshot's kmsg is one)")
+        except BaseException:
+            os.close(fd)
+            raise
+        return KmsgStream(None, fd, KMSG_PATH)
+
+
+# -- the kernel log --------------------------------------------------------------------------
+
+KMSG_PATH = "/dev/kmsg"
+# The kernel's own bound on one /dev/kmsg record (CONSOLE_EXT_LOG_MAX, kernel/printk): a
+# read(2) with a smaller buffer fails with EINVAL.
+_KMSG_RECORD_MAX = 8192
+# What a read of the log keeps: the kernel buffer is 128 KiB to a few MiB (CONFIG_LOG_BUF_SHIFT,
+# log_buf_len=), so these hold all of it on every real host; they bound a hostile root.
+KMSG_MAX_BYTES = 16 << 20
+KMSG_MAX_RECORDS = 200_000
+# How much one drain reads before stopping even if records keep coming (a flood racing us).
+_KMSG_DRAIN_BYTES = 64 << 20
+
+
+class KmsgRead(NamedTuple):
+    """Kernel log records, oldest first, each `PRIORITY,SEQ,USEC,FLAGS;MESSAGE` with its
+    continuation lines after a newline. `truncated`: older records were dropped to stay in
+    bounds; `overwritten`: how many times the kernel reported records lost (EPIPE)."""
+
+    records: tuple[str, ...]
+    truncated: bool = False
+    overwritten: int = 0
+
+
+class KmsgStream:
+    """An open kernel log (Host.open_kmsg): the live char device, or a root's regular file.
+
+    `read_new()` returns the records that arrived since the last call (the first call: every
+    record held), newest kept when over the bounds. Not thread-safe; close() once done."""
+
+    def __init__(self, device_fd: int | None, file_fd: int | None, path: str) -> None:
+        self._dev = device_fd
+        self._file = file_fd
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def fileno(self) -> int | None:
+        """The fd a selector can wait on (live /dev/kmsg), None for a regular file."""
+        return self._dev
+
+    def read_new(
+        self, max_bytes: int | None = None, max_records: int | None = None, *, final: bool = False
+    ) -> KmsgRead:
+        """Records since the last call. In a regular file a last line without its newline is
+        held back until it is complete, unless `final` (nothing more will be read). Raises
+        AccessDenied / ReadError."""
+        max_bytes = KMSG_MAX_BYTES if max_bytes is None else max_bytes
+        max_records = KMSG_MAX_RECORDS if max_records is None else max_records
+        if self._dev is not None:
+            return self._drain_device(self._dev, max_bytes, max_records)
+        if self._file is not None:
+            return self._read_file(self._file, max_bytes, max_records, final)
+        raise ReadError(self.path, None, "kernel log already closed")
+
+    def _drain_device(self, fd: int, max_bytes: int, max_records: int) -> KmsgRead:
+        kept: collections.deque[str] = collections.deque()
+        size = 0
+        total = 0
+        truncated = False
+        overwritten = 0
+        while total < _KMSG_DRAIN_BYTES:
+            try:
+                data = os.read(fd, _KMSG_RECORD_MAX)
+            except BlockingIOError:
+                break
+            except OSError as err:
+                if err.errno == errno_mod.EPIPE:
+                    # The record at our position was overwritten before we read it; the next
+                    # read returns the oldest one still held (Documentation/ABI/testing/
+                    # dev-kmsg).
+                    overwritten += 1
+                    continue
+                raise _translate(err, self.path) from err
+            if not data:
+                break
+            total += len(data)
+            # One read(2) is one record, its continuation lines included; splitting on lines
+            # gives the same records and also reads a pipe that carries several at once.
+            for record in _kmsg_records(data.decode("utf-8", errors="replace"), kept):
+                kept.append(record)
+                size += len(record) + 1
+            while len(kept) > max_records or (size > max_bytes and len(kept) > 1):
+                size -= len(kept.popleft()) + 1
+                truncated = True
+        else:
+            truncated = True
+        return KmsgRead(tuple(kept), truncated, overwritten)
+
+    def _read_file(self, fd: int, max_bytes: int, max_records: int, final: bool) -> KmsgRead:
+        try:
+            end = os.fstat(fd).st_size
+            if end < self._offset:  # rewritten shorter: start over
+                self._offset, self._partial = 0, b""
+            start = self._offset
+            truncated = False
+            if end - start > max_bytes:
+                start, truncated = end - max_bytes, True
+                self._partial = b""
+            chunks = []
+            pos = start
+            while pos < end:
+                chunk = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                pos += len(chunk)
+        except OSError as err:
+            raise _translate(err, self.path) from err
+        self._offset = pos
+        data = self._partial + b"".join(chunks)
+        if truncated and start > 0:
+            data = data.split(b"\n", 1)[1] if b"\n" in data else b""  # drop a partial line
+        body, _, self._partial = data.rpartition(b"\n")
+        if final and self._partial:
+            body, self._partial = data, b""
+        records: collections.deque[str] = collections.deque()
+        records.extend(_kmsg_records(body.decode("utf-8", errors="replace"), records))
+        if len(records) > max_records:
+            records, truncated = collections.deque(list(records)[-max_records:]), True
+        return KmsgRead(tuple(records), truncated, 0)
+
+    def close(self) -> None:
+        for fd in (self._dev, self._file):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._dev = self._file = None
+
+
+def _kmsg_records(text: str, before: collections.deque[str]) -> list[str]:
+    """Lines of kmsg text as records: a line starting with a space continues the record before
+    it (the ` KEY=VALUE` dictionary lines), which may be the last one of `before` (updated in
+    place). Empty lines are dropped."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if not line:
+            continue
+        if line.startswith(" "):
+            if out:
+                out[-1] += "\n" + line
+            elif before:
+                before[-1] += "\n" + line
+            continue
+        out.append(line)
+    return out

@@ -1,0 +1,135 @@
+"""Host.read_kmsg / Host.open_kmsg: the kernel log, live and under a root.
+
+Under a root the log is the regular file `dev/kmsg` (one record per line, continuation lines
+starting with a space), read with bounds; a FIFO or a symlink there is refused, never waited on.
+Live, /dev/kmsg is read without blocking (this machine's own log, read only). A pipe stands in
+for the char device where the test needs records to arrive (the drain splits lines the same
+way).
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mcpnode.errors import PathNotFound, ReadError, SymlinkLoop
+from mcpnode.host import Host, KmsgStream
+
+RECORDS = (
+    "6,1,0,-;Linux version 5.15.0-119-generic",
+    "4,812,5123456,-;NVRM: Xid (PCI:0000:3a:00): 79, pid=1234, name=python3, GPU has "
+    "fallen off the bus.",
+    "3,813,5123460,-;pcieport 0000:16:00.0: AER: Uncorrected (Fatal) error received: "
+    "0000:16:00.0\n SUBSYSTEM=pci\n DEVICE=+pci:0000:16:00.0",
+)
+
+
+def kmsg_root(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "dev").mkdir(parents=True)
+    (tmp_path / "dev" / "kmsg").write_text(text)
+    return tmp_path
+
+
+def test_records_with_continuation_lines(tmp_path: Path) -> None:
+    root = kmsg_root(tmp_path, "".join(r + "\n" for r in RECORDS))
+    got = Host(root).read_kmsg()
+    assert got.records == RECORDS
+    assert (got.truncated, got.overwritten) == (False, 0)
+
+
+def test_last_line_without_newline_is_a_record(tmp_path: Path) -> None:
+    root = kmsg_root(tmp_path, RECORDS[0] + "\n" + RECORDS[1])
+    assert Host(root).read_kmsg().records == RECORDS[:2]
+
+
+def test_bounds_keep_the_newest(tmp_path: Path) -> None:
+    lines = [f"6,{i},{i * 1000},-;line {i}" for i in range(1000)]
+    root = kmsg_root(tmp_path, "".join(x + "\n" for x in lines))
+    by_count = Host(root).read_kmsg(max_records=10)
+    assert by_count.records == tuple(lines[-10:]) and by_count.truncated
+    by_size = Host(root).read_kmsg(max_bytes=200)
+    assert by_size.truncated
+    assert by_size.records == tuple(lines[-len(by_size.records) :])
+    assert 0 < sum(len(r) + 1 for r in by_size.records) <= 200
+
+
+def test_absent_fifo_and_symlink(tmp_path: Path) -> None:
+    with pytest.raises(PathNotFound):
+        Host(tmp_path).read_kmsg()
+    (tmp_path / "dev").mkdir()
+    os.mkfifo(tmp_path / "dev" / "kmsg")  # no writer: a blocking read would hang here
+    with pytest.raises(ReadError, match="not a regular file"):
+        Host(tmp_path).read_kmsg()
+    (tmp_path / "dev" / "kmsg").unlink()
+    (tmp_path / "elsewhere").write_text(RECORDS[0] + "\n")
+    (tmp_path / "dev" / "kmsg").symlink_to("../elsewhere")
+    with pytest.raises(SymlinkLoop):
+        Host(tmp_path).read_kmsg()
+
+
+def test_stream_reads_only_what_arrived(tmp_path: Path) -> None:
+    root = kmsg_root(tmp_path, RECORDS[0] + "\n")
+    stream = Host(root).open_kmsg()
+    try:
+        assert stream.fileno() is None  # a regular file: the caller polls
+        assert stream.read_new().records == RECORDS[:1]
+        assert stream.read_new().records == ()
+        with (root / "dev" / "kmsg").open("a") as fh:
+            fh.write(RECORDS[1][:30])  # half a record: held back until its newline
+        assert stream.read_new().records == ()
+        with (root / "dev" / "kmsg").open("a") as fh:
+            fh.write(RECORDS[1][30:] + "\n")
+        assert stream.read_new().records == (RECORDS[1],)
+        (root / "dev" / "kmsg").write_text(RECORDS[2] + "\n")  # rewritten shorter
+        assert stream.read_new().records == (RECORDS[2],)
+    finally:
+        stream.close()
+    with pytest.raises(ReadError, match="closed"):
+        stream.read_new()
+
+
+def test_device_drain_splits_records_and_stops_at_eagain() -> None:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    stream = KmsgStream(r, None, "/dev/kmsg")
+    try:
+        os.write(w, ("".join(x + "\n" for x in RECORDS)).encode())
+        assert stream.read_new().records == RECORDS
+        assert stream.read_new().records == ()  # EAGAIN: nothing new, and no wait
+        os.write(w, (RECORDS[0] + "\n").encode())
+        assert stream.read_new(max_records=5).records == RECORDS[:1]
+    finally:
+        stream.close()
+        os.close(w)
+
+
+def test_recorded_into_a_snapshot(tmp_path: Path) -> None:
+    root = kmsg_root(tmp_path / "src", "".join(r + "\n" for r in RECORDS))
+    host = Host(root)
+    with host.recording() as rec:
+        host.read_kmsg()
+    assert rec.files["/dev/kmsg"].decode().splitlines()[0] == RECORDS[0]
+    # a snapshot holding that file replays the same records
+    tarball = tmp_path / "snap.tar.gz"
+    (root / "proc").mkdir()  # what marks the top of a root in an archive
+    with tarfile.open(tarball, "w:gz") as tf:
+        tf.add(root, arcname="mcpnode-snapshot")
+    assert Host(tarball).read_kmsg().records == RECORDS
+
+
+def test_live_kmsg_reads_without_blocking() -> None:
+    host = Host("/")
+    if not os.path.exists("/dev/kmsg") or not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    got = host.read_kmsg(max_records=100_000)
+    assert got.records, "a running kernel has logged something"
+    assert all(";" in r.split("\n", 1)[0] for r in got.records)
+    stream = host.open_kmsg()
+    try:
+        assert isinstance(stream.fileno(), int)
+        stream.read_new()
+    finally:
+        stream.close()
