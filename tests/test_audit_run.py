@@ -195,7 +195,8 @@ def test_text_report_shape(healthy: Path, sick: Path) -> None:
     assert "== Self ==" in lines and "== GPU health ==" in lines
     assert lines[-2:] == [
         "== Summary ==",
-        "218 checks: 216 PASS, 0 FAIL, 0 WARN, 1 SKIP, 1 INFO; audit passed",
+        # 2 SKIP: expect.config (no [expect] given) and kubelet.config (not a Kubernetes node)
+        "219 checks: 216 PASS, 0 FAIL, 0 WARN, 2 SKIP, 1 INFO; audit passed",
     ]
     assert "\033[" not in ok.output  # not a TTY: no colour
     bad = invoke("--root", str(sick), "--skip", "container")
@@ -253,7 +254,7 @@ def test_junit(sick: Path) -> None:
     assert result.exit_code == 1
     suites = ET.fromstring(result.output.split("\n", 1)[1])
     assert suites.tag == "testsuites"
-    assert (suites.get("tests"), suites.get("failures"), suites.get("skipped")) == ("218", "1", "1")
+    assert (suites.get("tests"), suites.get("failures"), suites.get("skipped")) == ("219", "1", "2")
     gpu = next(s for s in suites if s.get("name") == "GPU health")
     failures = [c for c in gpu if c.find("failure") is not None]
     assert [c.get("name") for c in failures] == ["gpu.row-remap [0000:3a:00.0]"]
