@@ -6,9 +6,10 @@ completely when it is readable, and turns what it read into `DeviceEvent`s or si
   container or a minimal VM without udevd has (and what a fresh network namespace sees: since
   Linux 4.18 the kernel delivers a netdev's uevents to the netns that owns it).
 - `LinkSource`: an rtnetlink socket bound to RTMGRP_LINK, RTM_NEWLINK/RTM_DELLINK parsed by
-  pyroute2's marshal. The socket is ours, not pyroute2's `IPRoute`: IPRoute (0.9) buffers
-  messages internally after a read, so the fd can be quiet while events wait, which a
-  selector-driven loop cannot see.
+  rtnl.py (two attributes, bounded; pyroute2 costs ~25 MB to import and is the tests' oracle
+  instead). The socket is ours, not a library's: pyroute2's `IPRoute` (0.9) buffers messages
+  internally after a read, so the fd can be quiet while events wait, which a selector-driven
+  loop cannot see.
 - `SignalSource`: `signal.set_wakeup_fd` on a non-blocking socketpair; Python's C handler
   writes the signal number there, the loop reads it: signals are handled on the loop thread,
   between callbacks, never in the middle of an apply.
@@ -28,6 +29,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from mcpnode.agent.rtnl import parse_links
 
 SUBSYSTEMS = ("pci", "net", "infiniband")
 ACTIONS = frozenset({"add", "remove", "change", "bind", "unbind"})
@@ -87,10 +90,7 @@ class LinkSource:
     name = "netlink"
 
     def __init__(self, on_event: OnEvent) -> None:
-        from pyroute2.netlink.rtnl.marshal import MarshalRtnl
-
         self._on_event = on_event
-        self._marshal = MarshalRtnl()
         self._sock = socket.socket(
             socket.AF_NETLINK,
             socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
@@ -118,17 +118,14 @@ class LinkSource:
                     self._on_event(DeviceEvent("netlink", "overrun", "net", "", "ENOBUFS"))
                     continue
                 raise
-            for msg in self._marshal.parse(data):
-                event = msg.get("event")
-                if event not in ("RTM_NEWLINK", "RTM_DELLINK"):
-                    continue
+            for msg in parse_links(data):
                 self._on_event(
                     DeviceEvent(
                         "netlink",
-                        "newlink" if event == "RTM_NEWLINK" else "dellink",
+                        msg.event,
                         "net",
-                        str(msg.get_attr("IFLA_IFNAME") or f"if{msg['index']}"),
-                        str(msg.get_attr("IFLA_OPERSTATE") or ""),
+                        msg.name or f"if{msg.ifindex}",
+                        msg.operstate or "",
                     )
                 )
 
