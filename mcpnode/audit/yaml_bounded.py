@@ -15,15 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 MAX_DEPTH = 64  # kubelet configs nest 4 deep; CDI specs about 6
 MAX_ALIASES = 16  # configuration files rarely use anchors at all
-
-# libyaml's parser when PyYAML was built with it (Debian's python3-yaml and the PyPI wheels
-# are), the pure-Python one otherwise; both are the *safe* loaders.
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 class YamlRejected(ValueError):
     """The text is not YAML within bounds; the message is one line."""
@@ -34,6 +27,13 @@ def load_bounded(text: str) -> Any:
 
     Raises YamlRejected for a syntax error, more than one document, nesting deeper than
     MAX_DEPTH, more than MAX_ALIASES aliases, or a value the safe constructor refuses."""
+    # Imported here, not at module level: only a host with a kubelet configuration pays for
+    # PyYAML (~1 MB of the agent's resident memory, which runs the audit on every build).
+    import yaml
+
+    # libyaml's parser when PyYAML was built with it (Debian's python3-yaml and the PyPI wheels
+    # are), the pure-Python one otherwise; both are the *safe* loaders.
+    _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     depth = 0
     aliases = 0
     try:
