@@ -2,7 +2,8 @@
 
 These guard what the files say: real sysctl names only, a comment with the why and the kernel
 default on every value, includes that resolve, the test-only profile (tests/profiles/, never
-shipped) limited to per-netns keys. When the engine is importable, it must accept every shipped profile too.
+shipped) limited to per-netns keys. When the engine is importable, it must accept every profile
+too.
 """
 
 from __future__ import annotations

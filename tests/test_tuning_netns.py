@@ -1,4 +1,5 @@
-"""apply → verify → drift → rollback of `tests/profiles/net-test.toml` on the real kernel, harmlessly.
+"""apply → verify → drift → rollback of `tests/profiles/net-test.toml` on the real kernel,
+harmlessly.
 
 The profile is test-only, so it lives under tests/ (the wheel ships `profiles/` alone) and every
 run names its directory with `--profiles-dir`.

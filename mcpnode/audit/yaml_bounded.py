@@ -29,11 +29,18 @@ class YamlRejected(ValueError):
     """The text is not YAML within bounds; the message is one line."""
 
 
+class YamlOverBounds(YamlRejected):
+    """Valid YAML, as far as it was scanned, that is nested deeper than MAX_DEPTH or holds more
+    than MAX_ALIASES aliases: refused unread, not known to be wrong (a caller may tell the two
+    apart: "not checked" rather than "invalid")."""
+
+
 def load_bounded(text: str) -> Any:
     """One YAML document as plain data (dict, list, str, int, float, bool, None, date).
 
-    Raises YamlRejected for a syntax error, more than one document, nesting deeper than
-    MAX_DEPTH, more than MAX_ALIASES aliases, or a value the safe constructor refuses."""
+    Raises YamlRejected for a syntax error, more than one document, or a value the safe
+    constructor refuses; YamlOverBounds (a YamlRejected) for nesting deeper than MAX_DEPTH or
+    more than MAX_ALIASES aliases."""
     depth = 0
     aliases = 0
     try:
@@ -41,7 +48,7 @@ def load_bounded(text: str) -> Any:
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise YamlRejected(
+                    raise YamlOverBounds(
                         f"nested deeper than {MAX_DEPTH} levels{_where(event.start_mark)}"
                     )
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
@@ -49,7 +56,7 @@ def load_bounded(text: str) -> Any:
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_ALIASES:
-                    raise YamlRejected(
+                    raise YamlOverBounds(
                         f"more than {MAX_ALIASES} aliases (an alias bomb?)"
                         f"{_where(event.start_mark)}"
                     )

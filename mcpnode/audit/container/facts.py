@@ -34,6 +34,10 @@ CRIO_WRONG_DIR = "/etc/crio/conf.d"
 # (tags.cncf.io/container-device-interface pkg/cdi/spec-dirs.go).
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 CDI_SUFFIXES = (".yaml", ".json")  # the registry reads only these
+# `nvidia-ctk cdi generate` writes ~10 KiB for 8 GPUs (each device a few hundred bytes, the
+# shared containerEdits the rest); MIG devices add as much again per instance. 4 MiB is far
+# above any real spec and bounds what the YAML parser is handed.
+MAX_CDI_BYTES = 4 << 20
 DEV = "/dev"
 DEV_CHAR = "/dev/char"
 
@@ -50,7 +54,7 @@ class Parsed(Generic[T]):
     read: FileRead
     value: T | None = None
     error: str | None = None  # ConfigError message
-    unsupported: bool = False  # valid, but outside what mcpnode's YAML reader handles
+    unsupported: bool = False  # refused unread by a bound (YAML depth, aliases), not invalid
 
     @property
     def path(self) -> str:
