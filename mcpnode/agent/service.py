@@ -1,6 +1,6 @@
 """`mcpnode agent`: the long-running service. One thread, one loop (loop.py).
 
-Lifecycle (DESIGN.md, Agent; issue 7):
+Lifecycle (docs/service.md and docs/architecture.md say the same for operators):
   start   config -> profile -> recover an interrupted apply -> discover -> apply the profile
           -> state file -> publish manifest + exporters -> metrics -> event sources -> READY=1
   loop    drift timer (verify; remediate or report; FlapGuard), process-scan timer (auto-pin),

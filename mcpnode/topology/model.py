@@ -1,6 +1,6 @@
 """The machine as frozen data. Imports nothing of mcpnode's.
 
-Conventions (DESIGN.md): units in field names, `None` for unknown (never -1 or 0 standing in
+Conventions: units in field names, `None` for unknown (never -1 or 0 standing in
 for "don't know"), tuples and frozensets, collections sorted by a stable key (PCI address, id)
 so JSON outputs diff cleanly.
 """
@@ -123,7 +123,8 @@ class ProcessCpus:
     """What *this process* may use, distinct from any device's locality.
 
     nvidia-smi intersects a GPU's affinity with the caller's cpuset and prints an empty cell
-    inside a 1-CPU Slurm job (../shared/nvidia-topo/h200-8gpu-10nic-slurm-cgroup.txt); mcpnode
+    inside a 1-CPU Slurm job (the cell is NVML's affinity, which is clipped to the caller's
+    cpuset: rapidsai/dask-cuda#1358, nvidia-cosmos/cosmos-predict1#11); mcpnode
     reports locality from sysfs and this separately.
     """
 

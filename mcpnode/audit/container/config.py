@@ -5,7 +5,7 @@ Each parser takes a file's text and returns what the audit needs from it, or rai
 `container.py` reads the files through Host and calls these.
 
 Where the keys live, from the toolkit's own writer (`nvidia-ctk runtime configure`,
-`cmd/nvidia-ctk/runtime/configure/configure.go`) and host-facts.md section 3.1:
+`cmd/nvidia-ctk/runtime/configure/configure.go`, read at each tag from 1.17 to 1.20):
 
 - docker `/etc/docker/daemon.json`: `runtimes.nvidia.path`, `default-runtime`,
   `features.cdi`, `exec-opts` (`native.cgroupdriver=...`);

@@ -24,7 +24,8 @@ TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 DOCKER_CONFIG = "/etc/docker/daemon.json"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 # nvidia-ctk writes its containerd drop-in to conf.d since 1.18.1 and wrote to config.d in
-# 1.18.0 (host-facts.md 3.1); containerd reads either only through `imports`.
+# 1.18.0 (cmd/nvidia-ctk/runtime/configure/configure.go at each tag; release notes 1.18.1);
+# containerd reads either only through `imports`.
 CONTAINERD_DROPIN_DIRS = ("/etc/containerd/conf.d", "/etc/containerd/config.d")
 CRIO_CONFIG = "/etc/crio/crio.conf"
 CRIO_DROPIN_DIR = "/etc/crio/crio.conf.d"
