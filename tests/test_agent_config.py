@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcpnode.agent.config import (
+    DEFAULT_EXPORT_DIRS,
     EXPORT_KINDS,
     LOG_LEVELS,
     MAX_CONFIG_BYTES,
@@ -32,6 +33,7 @@ from mcpnode.agent.config import (
     PinRule,
     PinScope,
     Rollback,
+    SlurmType,
     UdevSource,
     check_profile,
     load_config,
@@ -153,6 +155,18 @@ BAD_VALUES = [
     ("[export]\nkinds = ['dcgm']", "export.kinds", "unknown kind 'dcgm'"),
     ("[export]\nkinds = ['PROM']", "export.kinds", "unknown kind 'PROM'"),
     ("[export]\nkinds = ['prom', 'nfd', 'prom']", "export.kinds", "lists a kind twice"),
+    ("[export]\nnfd_dir = 'features.d'", "export.nfd_dir", "not an absolute path"),
+    ("[export]\nprom_dir = 5", "export.prom_dir", "must be a string"),
+    ("[export]\nslurm_dir = '/etc/slurm/'", "export.slurm_dir", "write '/etc/slurm'"),
+    ("[export]\nansible_dir = '/etc/../tmp'", "export.ansible_dir", "write '/tmp'"),
+    ("[export]\nprom_dir = '//var/lib'", "export.prom_dir", "not a normalised path"),
+    ("[export]\nprom_dir = '/'", "export.prom_dir", "root directory"),
+    ("[export]\nprom_dir = '/var/lib/my dir'", "export.prom_dir", "no spaces"),
+    ("[export]\nprom_dir = '/var/%h'", "export.prom_dir", "no spaces"),
+    ("[export]\nnfd_expiry = 30", "export.nfd_expiry", "too short"),
+    ("[export]\nnfd_expiry = -1", "export.nfd_expiry", "out of range"),
+    ("[export]\nnfd_expiry = '5m'", "export.nfd_expiry", "number of seconds"),
+    ("[export]\nslurm_type = 'long'", "export.slurm_type", "autodetect, short"),
     # [log]
     ("[log]\nformat = 'text'", "log.format", "auto, json, console"),
     ("[log]\nlevel = 'WARNING'", "log.level", "debug, info, warning, error"),
@@ -306,6 +320,25 @@ def test_housekeeping_values(spec: str) -> None:
 def test_export_kinds(kinds: list[str]) -> None:
     text = "[export]\nkinds = [" + ", ".join(f'"{k}"' for k in kinds) + "]\n"
     assert parse_config(text, FILE).export_kinds == tuple(kinds)
+
+
+def test_export_dirs_expiry_and_slurm_type() -> None:
+    cfg = parse_config(
+        "[export]\nprom_dir = '/var/lib/prometheus/node-exporter'\nnfd_expiry = 0\n"
+        "slurm_type = 'short'\n",
+        FILE,
+    )
+    assert cfg.export_dir("prom") == "/var/lib/prometheus/node-exporter"
+    assert cfg.export_dir("nfd") == "/etc/kubernetes/node-feature-discovery/features.d"
+    assert (cfg.nfd_expiry, cfg.slurm_type) == (0.0, "short")
+    default = parse_config("", FILE)
+    assert (default.nfd_expiry, default.slurm_type) == (300.0, "autodetect")
+    assert dict(default.export_dirs) == {
+        "ansible": "/etc/ansible/facts.d",
+        "nfd": "/etc/kubernetes/node-feature-discovery/features.d",
+        "prom": "/var/lib/node_exporter/textfile_collector",
+        "slurm": "/etc/slurm",
+    }
 
 
 def test_rules() -> None:
@@ -788,6 +821,23 @@ def agent_configs(draw: st.DrawFn) -> AgentConfig:
         metrics_listen=listen,
         metrics_allow_remote=allow_remote,
         export_kinds=tuple(draw(st.lists(st.sampled_from(EXPORT_KINDS), unique=True))),
+        export_dirs=tuple(
+            sorted(
+                {
+                    **dict(DEFAULT_EXPORT_DIRS),
+                    **draw(
+                        st.dictionaries(
+                            st.sampled_from(EXPORT_KINDS),
+                            st.from_regex(r"(/[a-z0-9_.-]*[a-z0-9_-])+", fullmatch=True).filter(
+                                lambda d: "/./" not in d + "/" and "/../" not in d + "/"
+                            ),
+                        )
+                    ),
+                }.items()
+            )
+        ),
+        nfd_expiry=draw(st.one_of(st.just(0.0), st.floats(60.0, 7 * 86400.0))),
+        slurm_type=draw(st.sampled_from(get_args(SlurmType))),
         log_format=draw(st.sampled_from(get_args(LogFormat))),
         log_level=draw(st.sampled_from(LOG_LEVELS)),
     )

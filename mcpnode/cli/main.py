@@ -541,17 +541,46 @@ def manifest_show(
     metavar="first-core|none|CPULIST",
     help="CPUs kept out of every GPU's exclusive slice.",
 )
+@click.option(
+    "--slurm-type",
+    type=click.Choice(["autodetect", "short"]),
+    default="autodetect",
+    show_default=True,
+    help="slurm: Type= as AutoDetect=nvml spells it (nvidia_h100_80gb_hbm3), or short (h100).",
+)
+@click.option(
+    "--expiry",
+    "expiry_s",
+    type=click.FloatRange(60, 7 * 86400),
+    default=None,
+    metavar="SECONDS",
+    help="nfd: NFD drops the labels this long after the export (# +expiry-time=); "
+    "for a cron job, a few times its interval. Default: no expiry.",
+)
 def export(
-    kind: str, root: str, directory: str | None, to_stdout: bool, no_audit: bool, housekeeping: str
+    kind: str,
+    root: str,
+    directory: str | None,
+    to_stdout: bool,
+    no_audit: bool,
+    housekeeping: str,
+    slurm_type: str,
+    expiry_s: float | None,
 ) -> None:
     """Write the Kubernetes NFD feature file (nfd), node_exporter textfile (prom), Slurm
     gres.conf lines (slurm) or Ansible local facts (ansible), atomically, mode 0644."""
     from mcpnode.host import Host
-    from mcpnode.placement.exporters.write import build, write
+    from mcpnode.placement.exporters.write import Options, build, write
 
+    options = Options("short" if slurm_type == "short" else "autodetect", expiry_s)
     with Host(root) as host:
         result = build(
-            host, kind, audit=not no_audit, directory=directory, housekeeping=housekeeping
+            host,
+            kind,
+            audit=not no_audit,
+            directory=directory,
+            housekeeping=housekeeping,
+            options=options,
         )
         if not to_stdout:
             write(host, result)
