@@ -50,3 +50,22 @@ state_dir_option = _dir_option(
     "state_dir",
     "Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
 )
+
+
+def check_output_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """click callback of an output-file option (`-o FILE`): the directory FILE goes into must
+    exist, else one line and exit 64 (UsageError) before any work is done, rather than an
+    OSError naming the temporary file the atomic write would have used."""
+    del ctx
+    if value is None:
+        return None
+    from mcpnode.errors import UsageError
+    from mcpnode.host import Host
+
+    parent = Path(value).absolute().parent
+    flag = max(param.opts, key=len) if param.opts else "FILE"  # --output, whichever was typed
+    with Host("/") as live:
+        if not live.is_dir(str(parent)):
+            what = "is not a directory" if live.exists(str(parent)) else "does not exist"
+            raise UsageError(f"{flag} {value}: the directory {parent} {what}")
+    return value
