@@ -38,8 +38,8 @@ run: $(STAMP_RUN)
 test: $(STAMP_DEV) lint typecheck pytest
 
 lint: $(STAMP_DEV)
-	$(VENV)/bin/ruff check mcpnode tests bench
-	$(VENV)/bin/ruff format --check mcpnode tests bench
+	$(VENV)/bin/ruff check mcpnode tests bench tools
+	$(VENV)/bin/ruff format --check mcpnode tests bench tools
 
 typecheck: $(STAMP_DEV)
 	$(VENV)/bin/mypy
