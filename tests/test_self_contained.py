@@ -28,6 +28,7 @@ SCANNED = (
     "deploy",
     "ansible",
     "image",
+    "tools",
     "Containerfile",
     "Makefile",
     "pyproject.toml",
