@@ -1,7 +1,8 @@
 """The mistakes a user makes in the first hour, each answered with one clear line on stderr, the
 documented exit status, no traceback and nothing changed: an output file in a directory that
-does not exist, a profile name that does not exist (a usage error, 64), a `--root` that is not
-a machine root. Run as real processes (`python -m mcpnode`), as a shell would."""
+does not exist (2: the command cannot do its job, as the audit's 0/1/2 says), a profile name
+that does not exist (a usage error, 64), a `--root` that is not a machine root (2). Run as
+real processes (`python -m mcpnode`), as a shell would."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_output_file_in_a_missing_directory(tmp_path: Path, argv: tuple[str, ...
     (tmp_path / "a-file").write_text("")
     args = [a.format(missing=tmp_path / "nope", file=tmp_path / "a-file") for a in argv]
     proc = mcpnode(*args)
-    assert proc.returncode == 64 and proc.stdout == ""
+    assert proc.returncode == 2 and proc.stdout == ""  # could not do its job (audit: 0/1/2)
     line = one_line(proc)
     out = Path(args[-1])
     what = "is not a directory" if "a-file" in args[-1] else "does not exist"

@@ -16,6 +16,7 @@ from mcpnode import __version__
 from mcpnode.cli.color import color_option, stdout_color
 from mcpnode.cli.options import (
     F,
+    OutputDirMissing,
     check_output_dir,
     profiles_dir_option,
     root_option,
@@ -863,7 +864,7 @@ def main(argv: list[str] | None = None) -> None:
         # and keep it one line (tarfile's error lists every compression it tried, a line each).
         click.echo(f"mcpnode: --root {' '.join(str(err).split())}", err=True)
         sys.exit(EXIT_ERROR)
-    except HostError as err:
+    except (HostError, OutputDirMissing) as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_ERROR)
     except (ManifestError, ProbeDataError) as err:
