@@ -135,3 +135,12 @@ _mcpnode_completion mcpnode; echo "choices: ${{COMPREPLY[*]}}"
     assert "complete -o nosort -F _mcpnode_completion mcpnode" in proc.stdout
     assert "words: probe profiles" in proc.stdout
     assert "choices: autodetect short" in proc.stdout
+
+
+def test_the_exit_statuses_on_the_man_page_are_the_codes() -> None:
+    """mcpnode(1) lists every exit status mcpnode/cli/exitcodes.py defines, and no other."""
+    from mcpnode.cli import exitcodes
+    from tools import manpages
+
+    codes = {v for k, v in vars(exitcodes).items() if k.startswith("EXIT_")}
+    assert {int(code) for code, _ in manpages.EXIT_STATUS} == codes
