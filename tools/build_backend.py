@@ -34,13 +34,11 @@ DATA = REPO / "build" / "data"
 def _generate() -> None:
     # The source tree first, so the pages describe this checkout and not an installed mcpnode.
     sys.path.insert(0, str(REPO))
-    sys.path.insert(0, str(REPO / "tools"))
     try:
-        import manpages
+        from tools import manpages
 
         manpages.write_all(DATA)
     finally:
-        sys.path.remove(str(REPO / "tools"))
         sys.path.remove(str(REPO))
     # setuptools resolves data-files globs against the working directory: the project root.
     if Path.cwd().resolve() != REPO:

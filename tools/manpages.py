@@ -3,7 +3,7 @@
 Run at build time by tools/build_backend.py, which writes them under build/data/ for the
 wheel's data files (pyproject.toml, [tool.setuptools.data-files]): `share/man/man1/*.1`,
 `share/bash-completion/completions/mcpnode`, `share/zsh/site-functions/_mcpnode`,
-`share/fish/vendor_completions.d/mcpnode.fish`. `python3 tools/manpages.py DIR` does the same
+`share/fish/vendor_completions.d/mcpnode.fish`. `python3 -m tools.manpages DIR` does the same
 by hand.
 
 One page per command, named as git names its pages: `mcpnode(1)` for the group and the exit
