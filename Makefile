@@ -45,8 +45,8 @@ run: $(STAMP_RUN) bytecode
 test: $(STAMP_DEV) bytecode lint typecheck pytest
 
 lint: $(STAMP_DEV)
-	$(VENV)/bin/ruff check mcpnode tests bench
-	$(VENV)/bin/ruff format --check mcpnode tests bench
+	$(VENV)/bin/ruff check mcpnode tests bench tools
+	$(VENV)/bin/ruff format --check mcpnode tests bench tools
 
 typecheck: $(STAMP_DEV)
 	$(VENV)/bin/mypy

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import json
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcpnode.agent.config import (
+    DEFAULT_EXPORT_DIRS,
     EXPORT_KINDS,
     LOG_LEVELS,
     MAX_CONFIG_BYTES,
@@ -33,6 +35,7 @@ from mcpnode.agent.config import (
     PinRule,
     PinScope,
     Rollback,
+    SlurmType,
     UdevSource,
     check_profile,
     load_config,
@@ -155,6 +158,18 @@ BAD_VALUES = [
     ("[export]\nkinds = ['dcgm']", "export.kinds", "unknown kind 'dcgm'"),
     ("[export]\nkinds = ['PROM']", "export.kinds", "unknown kind 'PROM'"),
     ("[export]\nkinds = ['prom', 'nfd', 'prom']", "export.kinds", "lists a kind twice"),
+    ("[export]\nnfd_dir = 'features.d'", "export.nfd_dir", "not an absolute path"),
+    ("[export]\nprom_dir = 5", "export.prom_dir", "must be a string"),
+    ("[export]\nslurm_dir = '/etc/slurm/'", "export.slurm_dir", "write '/etc/slurm'"),
+    ("[export]\nansible_dir = '/etc/../tmp'", "export.ansible_dir", "write '/tmp'"),
+    ("[export]\nprom_dir = '//var/lib'", "export.prom_dir", "not a normalised path"),
+    ("[export]\nprom_dir = '/'", "export.prom_dir", "root directory"),
+    ("[export]\nprom_dir = '/var/lib/my dir'", "export.prom_dir", "no spaces"),
+    ("[export]\nprom_dir = '/var/%h'", "export.prom_dir", "no spaces"),
+    ("[export]\nnfd_expiry = 30", "export.nfd_expiry", "too short"),
+    ("[export]\nnfd_expiry = -1", "export.nfd_expiry", "out of range"),
+    ("[export]\nnfd_expiry = '5m'", "export.nfd_expiry", "number of seconds"),
+    ("[export]\nslurm_type = 'long'", "export.slurm_type", "autodetect, short"),
     # [log]
     ("[log]\nformat = 'text'", "log.format", "auto, json, console"),
     ("[log]\nlevel = 'WARNING'", "log.level", "debug, info, warning, error"),
@@ -331,6 +346,25 @@ def test_housekeeping_values(spec: str) -> None:
 def test_export_kinds(kinds: list[str]) -> None:
     text = "[export]\nkinds = [" + ", ".join(f'"{k}"' for k in kinds) + "]\n"
     assert parse_config(text, FILE).export_kinds == tuple(kinds)
+
+
+def test_export_dirs_expiry_and_slurm_type() -> None:
+    cfg = parse_config(
+        "[export]\nprom_dir = '/var/lib/prometheus/node-exporter'\nnfd_expiry = 0\n"
+        "slurm_type = 'short'\n",
+        FILE,
+    )
+    assert cfg.export_dir("prom") == "/var/lib/prometheus/node-exporter"
+    assert cfg.export_dir("nfd") == "/etc/kubernetes/node-feature-discovery/features.d"
+    assert (cfg.nfd_expiry, cfg.slurm_type) == (0.0, "short")
+    default = parse_config("", FILE)
+    assert (default.nfd_expiry, default.slurm_type) == (300.0, "autodetect")
+    assert dict(default.export_dirs) == {
+        "ansible": "/etc/ansible/facts.d",
+        "nfd": "/etc/kubernetes/node-feature-discovery/features.d",
+        "prom": "/var/lib/node_exporter/textfile_collector",
+        "slurm": "/etc/slurm",
+    }
 
 
 def test_rules() -> None:
@@ -578,7 +612,7 @@ def test_group() -> None:
 def test_check_ok(tmp_path: Path, root: Path) -> None:
     path = tmp_path / "mcpnode.toml"
     path.write_text("[tuning]\nprofile = 'inference-latency'\n[drift]\ninterval = 30\n")
-    code, out, err = run("check", str(path), "--root", str(root))
+    code, out, err = run("check", str(path), "--host-file", "--root", str(root))
     assert (code, err) == (0, "")
     assert out == (
         f"{path}: ok (profile inference-latency, drift remediate every 30s, autopin off, "
@@ -592,7 +626,7 @@ def test_check_summary_autopin_and_metrics_off(tmp_path: Path, root: Path) -> No
         "[drift]\nmode = 'report'\ninterval = 0.5\n[metrics]\nlisten = ''\n"
         "[autopin]\nenabled = true\n" + _example_rules()
     )
-    code, out, _ = run("check", str(path), "--root", str(root))
+    code, out, _ = run("check", str(path), "--host-file", "--root", str(root))
     assert code == 0
     assert out.endswith(
         ": ok (profile base, drift report every 0.5s, autopin on (4 rules), metrics off)\n"
@@ -600,7 +634,7 @@ def test_check_summary_autopin_and_metrics_off(tmp_path: Path, root: Path) -> No
 
 
 def test_check_the_shipped_example(root: Path) -> None:
-    code, out, _ = run("check", str(EXAMPLE), "--root", str(root))
+    code, out, _ = run("check", str(EXAMPLE), "--host-file", "--root", str(root))
     assert code == 0
     assert out == summary_line(AgentConfig(file=str(EXAMPLE))) + "\n"
 
@@ -614,7 +648,7 @@ def test_check_any_temp_file_name(tmp_path: Path, root: Path, name: str) -> None
     directory.mkdir(parents=True)
     path = directory / name
     path.write_text(EXAMPLE.read_text())
-    code, out, _ = run("check", str(path), "--root", str(root))
+    code, out, _ = run("check", str(path), "--host-file", "--root", str(root))
     assert code == 0
     assert out.startswith(f"{path}: ok (")
 
@@ -623,7 +657,7 @@ def test_check_relative_path(tmp_path: Path, root: Path, monkeypatch: pytest.Mon
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "site.toml").write_text("")
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run("check", "sub/site.toml", "--root", str(root))
+    code, out, _ = run("check", "sub/site.toml", "--host-file", "--root", str(root))
     assert code == 0
     assert out.startswith(f"{tmp_path / 'sub' / 'site.toml'}: ok (")
 
@@ -631,7 +665,7 @@ def test_check_relative_path(tmp_path: Path, root: Path, monkeypatch: pytest.Mon
 def test_check_invalid_is_65(tmp_path: Path, root: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[drift]\nintervall = 5\n")
-    code, out, err = run("check", str(path), "--root", str(root))
+    code, out, err = run("check", str(path), "--host-file", "--root", str(root))
     assert (code, out) == (EXIT_DATAERR, "")
     assert code == 65
     assert err.startswith(f"mcpnode: config: {path}: drift.intervall: unknown key")
@@ -641,21 +675,21 @@ def test_check_invalid_is_65(tmp_path: Path, root: Path) -> None:
 def test_check_invalid_toml_is_65(tmp_path: Path, root: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[drift\n")
-    code, _, err = run("check", str(path), "--root", str(root))
+    code, _, err = run("check", str(path), "--host-file", "--root", str(root))
     assert code == EXIT_DATAERR
     assert err.startswith(f"mcpnode: config: {path}: not valid TOML")
 
 
 def test_check_missing_is_66(tmp_path: Path, root: Path) -> None:
     path = tmp_path / "nope.toml"
-    code, out, err = run("check", str(path), "--root", str(root))
+    code, out, err = run("check", str(path), "--host-file", "--root", str(root))
     assert (code, out) == (EXIT_NO_PROCESS, "")
     assert code == 66
     assert err.startswith(f"mcpnode: config: {path}: does not exist")
 
 
 def test_check_directory_is_66(tmp_path: Path, root: Path) -> None:
-    code, _, err = run("check", str(tmp_path), "--root", str(root))
+    code, _, err = run("check", str(tmp_path), "--host-file", "--root", str(root))
     assert code == EXIT_NO_PROCESS
     assert "cannot be read" in err
 
@@ -663,7 +697,7 @@ def test_check_directory_is_66(tmp_path: Path, root: Path) -> None:
 def test_check_unknown_profile_is_65(tmp_path: Path, root: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[tuning]\nprofile = 'inference-latencyy'\n")
-    code, out, err = run("check", str(path), "--root", str(root))
+    code, out, err = run("check", str(path), "--host-file", "--root", str(root))
     assert (code, out) == (EXIT_DATAERR, "")
     assert err.startswith(f"mcpnode: config: {path}: tuning.profile: ")
     assert "no profile named 'inference-latencyy'" in err
@@ -673,7 +707,7 @@ def test_check_malformed_profile_is_65(tmp_path: Path, root: Path) -> None:
     write_local_profile(root, "site", "[sysctl]\n'net..core' = 1\n")
     path = tmp_path / "c.toml"
     path.write_text("[tuning]\nprofile = 'site'\n")
-    code, _, err = run("check", str(path), "--root", str(root))
+    code, _, err = run("check", str(path), "--host-file", "--root", str(root))
     assert code == EXIT_DATAERR
     assert f"{path}: tuning.profile: " in err
     assert str(root / "etc" / "mcpnode" / "profiles" / "site.toml") in err
@@ -682,15 +716,74 @@ def test_check_malformed_profile_is_65(tmp_path: Path, root: Path) -> None:
 def test_check_profile_under_root_and_profiles_dir(tmp_path: Path, root: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[tuning]\nprofile = 'site'\n")
-    assert run("check", str(path), "--root", str(root))[0] == EXIT_DATAERR
+    assert run("check", str(path), "--host-file", "--root", str(root))[0] == EXIT_DATAERR
     write_local_profile(root, "site", SITE_PROFILE)
-    assert run("check", str(path), "--root", str(root))[0] == 0
+    assert run("check", str(path), "--host-file", "--root", str(root))[0] == 0
     # --profiles-dir replaces the shipped profiles, as for `mcpnode apply`.
     system = tmp_path / "system"
     system.mkdir()
     path.write_text("")  # profile base: not in `system`
-    code, _, err = run("check", str(path), "--root", str(root), "--profiles-dir", str(system))
+    code, _, err = run(
+        "check", str(path), "--host-file", "--root", str(root), "--profiles-dir", str(system)
+    )
     assert code == EXIT_DATAERR and "no profile named 'base'" in err
+
+
+def test_check_resolves_file_under_root(root: Path) -> None:
+    """As the agent reads --config: FILE is a path inside --root (a leading / optional), its
+    profile is looked up there too, and messages name the file where it really is."""
+    write_local_profile(root, "site", SITE_PROFILE)
+    conf = root / "etc" / "mcpnode" / "mcpnode.toml"
+    conf.write_text("[tuning]\nprofile = 'site'\n")
+    for name in ("/etc/mcpnode/mcpnode.toml", "etc/mcpnode/mcpnode.toml"):
+        code, out, err = run("check", "--root", str(root), name)
+        assert (code, err) == (0, ""), err
+        assert out.startswith(f"{conf}: ok (profile site,")
+    code, out, err = run("check", "--root", str(root), "/etc/mcpnode/other.toml")
+    assert (code, out) == (EXIT_NO_PROCESS, "")
+    assert err.startswith(f"mcpnode: config: {root / 'etc/mcpnode/other.toml'}: does not exist")
+    assert err.count("\n") == 1
+
+
+def test_check_json(root: Path, tmp_path: Path) -> None:
+    conf = root / "etc" / "mcpnode" / "mcpnode.toml"
+    conf.write_text("[drift]\ninterval = 30\n")
+    code, out, err = run(
+        "check", "--root", str(root), "--format", "json", "/etc/mcpnode/mcpnode.toml"
+    )
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["schema"] == "mcpnode.config-check/v1"
+    assert (doc["file"], doc["valid"], doc["profile"], doc["error"]) == (
+        str(conf),
+        True,
+        "base",
+        None,
+    )
+    conf.write_text("[drift]\nintervall = 30\n")
+    code, out, err = run(
+        "check", "--root", str(root), "--format", "json", "/etc/mcpnode/mcpnode.toml"
+    )
+    assert code == EXIT_DATAERR
+    doc = json.loads(out)
+    assert doc["valid"] is False
+    assert doc["error"]["key"] == "drift.intervall" and "unknown key" in doc["error"]["detail"]
+    assert err.count("\n") == 1  # the one line on stderr too
+
+
+def test_show_json_is_the_toml_as_data(root: Path) -> None:
+    conf = root / "etc" / "mcpnode" / "mcpnode.toml"
+    conf.write_text(
+        "[autopin]\nenabled = true\n[expect]\ngpu_count = 8\ndriver_min = '550.54'\n"
+        + _example_rules()
+    )
+    code, out, _ = run("show", "--root", str(root), "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["schema"] == "mcpnode.config/v1" and doc["file"] == str(conf)
+    _, toml_out, _ = run("show", "--root", str(root))
+    assert doc["config"] == tomllib.loads(toml_out)
+    assert doc["config"]["expect"] == {"gpu_count": 8, "driver_min": "550.54"}
 
 
 def test_show_default_file_under_root(root: Path) -> None:
@@ -813,6 +906,23 @@ def agent_configs(draw: st.DrawFn) -> AgentConfig:
         metrics_listen=listen,
         metrics_allow_remote=allow_remote,
         export_kinds=tuple(draw(st.lists(st.sampled_from(EXPORT_KINDS), unique=True))),
+        export_dirs=tuple(
+            sorted(
+                {
+                    **dict(DEFAULT_EXPORT_DIRS),
+                    **draw(
+                        st.dictionaries(
+                            st.sampled_from(EXPORT_KINDS),
+                            st.from_regex(r"(/[a-z0-9_.-]*[a-z0-9_-])+", fullmatch=True).filter(
+                                lambda d: "/./" not in d + "/" and "/../" not in d + "/"
+                            ),
+                        )
+                    ),
+                }.items()
+            )
+        ),
+        nfd_expiry=draw(st.one_of(st.just(0.0), st.floats(60.0, 7 * 86400.0))),
+        slurm_type=draw(st.sampled_from(get_args(SlurmType))),
         log_format=draw(st.sampled_from(get_args(LogFormat))),
         log_level=draw(st.sampled_from(LOG_LEVELS)),
     )

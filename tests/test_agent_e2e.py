@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,10 @@ include = ["base"]
 # Test: a key base does not set, so a switch has something to apply.
 "vm.max_map_count" = 1048576
 """
+
+
+FEATURES = "etc/kubernetes/node-feature-discovery/features.d/mcpnode"
+TEXTFILE = "var/lib/node_exporter/textfile_collector/mcpnode.prom"
 
 
 def sysctl(root: Path, key: str) -> Path:
@@ -121,6 +126,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         steps["ready"] = agent.wait_message("READY=1")
         steps["listening"] = agent.wait_event("metrics.listening")
         steps["manifest0"] = manifest(root)
+        steps["features"] = (root / FEATURES).read_text()
+        steps["features_read_at"] = datetime.now(timezone.utc)
+        steps["textfile_at_ready"] = (root / TEXTFILE).is_file()
 
         # drift: a key changed behind the agent's back is restored within one interval
         t = agent.now()
@@ -184,6 +192,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         steps["rollback"] = agent.event("rollback", t)
         steps["swappiness_final"] = sysctl(root, "vm.swappiness").read_text().strip()
         steps["max_map_count_final"] = sysctl(root, "vm.max_map_count").read_text().strip()
+        steps["left_at_stop"] = {p: (root / p).exists() for p in (FEATURES, TEXTFILE)}
         yield r
     finally:
         agent.close()
@@ -207,7 +216,7 @@ def test_first_publish_before_ready(run: Run) -> None:
     assert len(m["gpus"]) == 8
     published = run.agent.event("manifest.published", reason="start")
     assert published is not None and published["_t"] <= run.steps["ready"][0]
-    assert (run.root / "var/lib/node_exporter/textfile_collector/mcpnode.prom").is_file()
+    assert run.steps["textfile_at_ready"]
     assert (run.root / "etc/kubernetes/node-feature-discovery/features.d").is_dir()
 
 
@@ -457,6 +466,7 @@ def test_report_mode_reports_and_republishes(tmp_path: Path) -> None:
             f"pinned 0; drift report every {INTERVAL:g}s",
             t,
         )
+        prom = (root / TEXTFILE).read_text()  # before the stop removes it
         rc = agent.stop()
     finally:
         agent.close()
@@ -468,7 +478,6 @@ def test_report_mode_reports_and_republishes(tmp_path: Path) -> None:
     doc = manifest(root)
     assert doc["tuning"]["compliant"] is False
     assert [d["key"] for d in doc["tuning"]["drift"]] == ["vm.swappiness"]
-    prom = (root / "var/lib/node_exporter/textfile_collector/mcpnode.prom").read_text()
     assert 'mcpnode_tuning_compliant{profile="base"} 0.0' in prom
     assert "mcpnode_tuning_drift_keys 1.0" in prom
 
@@ -536,3 +545,23 @@ def test_an_exporter_that_cannot_be_written_does_not_stop_the_agent(tmp_path: Pa
     assert rc == 0
     assert failed is not None and "node_exporter" in failed["path"]
     assert manifest(root)["schema"] == "mcpnode.manifest/v1"
+
+
+def test_feature_file_expires_unless_refreshed(run: Run) -> None:
+    """The NFD labels carry `# +expiry-time=` 300 s ahead (the default nfd_expiry), so an agent
+    that dies without stopping does not leave them for ever."""
+    from mcpnode.placement.exporters import nfd
+
+    expires = nfd.expiry_of(run.steps["features"])
+    assert expires is not None
+    left = expires - run.steps["features_read_at"]
+    assert timedelta(seconds=280) < left <= timedelta(seconds=300)
+    assert "mcpnode.io/tuning-compliant=" in run.steps["features"]
+
+
+def test_sigterm_removes_the_labels_and_the_textfile(run: Run) -> None:
+    """A stopped agent vouches for nothing: its NFD labels and textfile series go with it."""
+    assert run.rc == 0
+    assert run.steps["left_at_stop"] == {FEATURES: False, TEXTFILE: False}
+    removed = {e["kind"] for e in run.agent.events if e.get("event") == "export.removed"}
+    assert removed == {"nfd", "prom"}

@@ -221,7 +221,7 @@ ALL_FAMILIES = {
     "mcpnode_rediscoveries",
     "mcpnode_drift_detected",
     "mcpnode_drift_remediated",
-    "mcpnode_drift_keys",
+    "mcpnode_tuning_drift_keys",
     "mcpnode_drift_given_up",
     "mcpnode_tuning_compliance_known",
     "mcpnode_tuning_compliant",
@@ -267,7 +267,7 @@ def test_scrape_serves_every_family_with_its_values(
     assert s[("mcpnode_drift_detected_total", (("key", "kernel.numa_balancing"),))] == 1
     assert s[("mcpnode_drift_remediated_total", (("key", "vm.swappiness"),))] == 1
     assert ("mcpnode_drift_remediated_total", (("key", "kernel.numa_balancing"),)) not in s
-    assert s[("mcpnode_drift_keys", ())] == 1
+    assert s[("mcpnode_tuning_drift_keys", ())] == 1
     assert s[("mcpnode_drift_given_up", (("key", "kernel.numa_balancing"),))] == 1
     assert s[("mcpnode_apply_last_result", (("result", "ok"),))] == 1
     assert s[("mcpnode_apply_last_result", (("result", "failed"),))] == 0
@@ -321,7 +321,7 @@ def test_measured_gauges_are_absent_until_measured(metrics: AgentMetrics) -> Non
     assert not got & {
         "mcpnode_gpus",
         "mcpnode_nics",
-        "mcpnode_drift_keys",
+        "mcpnode_tuning_drift_keys",
         "mcpnode_apply_last_result",
         "mcpnode_apply_last_timestamp_seconds",
         "mcpnode_pinned_processes",
@@ -356,12 +356,12 @@ def test_given_up_key_returns_to_zero_and_drift_keys_counts_distinct(
     metrics.set_drift_state(drifted=["a", "b", "a"], given_up=["a"])
     metrics.set_drift_state(drifted=["b"], given_up=["b"])
     s = samples(metrics.render())
-    assert s[("mcpnode_drift_keys", ())] == 1
+    assert s[("mcpnode_tuning_drift_keys", ())] == 1
     assert s[("mcpnode_drift_given_up", (("key", "a"),))] == 0
     assert s[("mcpnode_drift_given_up", (("key", "b"),))] == 1
     metrics.set_drift_state(drifted=[], given_up=[])
     s = samples(metrics.render())
-    assert s[("mcpnode_drift_keys", ())] == 0
+    assert s[("mcpnode_tuning_drift_keys", ())] == 0
     assert s[("mcpnode_drift_given_up", (("key", "b"),))] == 0
 
 
@@ -749,3 +749,106 @@ def test_compliance_is_three_valued(metrics: AgentMetrics) -> None:
     s = samples(metrics.render())
     assert s[("mcpnode_tuning_compliant", (("profile", "latency"),))] == 0
     assert ("mcpnode_tuning_compliant", (("profile", "base"),)) not in s
+
+
+# -- content negotiation and compression (prometheus_client's choose_encoder, gzip_accepted) ----
+
+# What Prometheus 2.x/3.x sends by default (scrape_protocols: OpenMetrics first).
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+    "text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+)
+
+
+def get_with(loop: Loop, port: int, *headers: str, method: str = "GET") -> Any:
+    lines = [f"{method} /metrics HTTP/1.1", "Host: x", *headers, "", ""]
+    request = "\r\n".join(lines).encode("latin-1")
+    return parse(run_client(loop, lambda: exchange(port, request)))
+
+
+def om_families(body: bytes) -> set[str]:
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as om_text_to_families,
+    )
+
+    return {f.name for f in om_text_to_families(body.decode())}  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize(
+    "accept", ["application/openmetrics-text; version=1.0.0", PROMETHEUS_ACCEPT]
+)
+def test_openmetrics_when_asked(
+    loop: Loop, metrics: AgentMetrics, server: MetricsServer, accept: str
+) -> None:
+    feed(metrics)
+    code, headers, body = get_with(loop, server.port, f"Accept: {accept}")
+    assert code == 200
+    assert headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert headers["vary"] == "Accept, Accept-Encoding"
+    assert body.endswith(b"# EOF\n")
+    # OpenMetrics' own parser is strict (EOF, counter _total, no duplicate families).
+    assert om_families(body) == ALL_FAMILIES
+    assert b"_created" not in body
+
+
+def test_text_format_versions(loop: Loop, metrics: AgentMetrics, server: MetricsServer) -> None:
+    feed(metrics)
+    _, plain, body = get_with(loop, server.port)
+    assert plain["content-type"] == CONTENT_TYPE and families(body) == ALL_FAMILIES
+    _, old, _ = get_with(loop, server.port, "Accept: text/plain;version=0.0.4")
+    assert old["content-type"] == CONTENT_TYPE
+    _, new, body = get_with(
+        loop, server.port, "Accept: text/plain;version=1.0.0;escaping=allow-utf-8"
+    )
+    assert new["content-type"].startswith("text/plain; version=1.0.0")
+    assert families(body) == ALL_FAMILIES
+    # An Accept split over two fields is one list (RFC 9110 5.3): the second one is seen.
+    _, split, _ = get_with(
+        loop, server.port, "Accept: text/html", "Accept: application/openmetrics-text"
+    )
+    assert split["content-type"].startswith("application/openmetrics-text")
+
+
+def test_gzip_when_accepted(loop: Loop, metrics: AgentMetrics, server: MetricsServer) -> None:
+    import gzip
+
+    feed(metrics)
+    _, headers, body = get_with(loop, server.port, "Accept-Encoding: gzip, deflate")
+    assert headers["content-encoding"] == "gzip"
+    assert int(headers["content-length"]) == len(body)
+    plain = gzip.decompress(body)
+    assert families(plain) == ALL_FAMILIES
+    assert len(body) * 3 < len(plain)  # the point of it
+    _, identity, raw = get_with(loop, server.port, "Accept-Encoding: identity")
+    assert "content-encoding" not in identity and families(raw) == ALL_FAMILIES
+    # Both at once: gzipped OpenMetrics.
+    _, both, body = get_with(
+        loop,
+        server.port,
+        "Accept: application/openmetrics-text",
+        "accept-encoding: GZIP",  # field names and codings are case-insensitive
+    )
+    assert both["content-encoding"] == "gzip"
+    assert both["content-type"].startswith("application/openmetrics-text")
+    assert om_families(gzip.decompress(body)) == ALL_FAMILIES
+
+
+def test_head_with_gzip_has_the_compressed_length(
+    loop: Loop, metrics: AgentMetrics, server: MetricsServer
+) -> None:
+    _, _, body = get_with(loop, server.port, "Accept-Encoding: gzip")
+    _, headers, empty = get_with(loop, server.port, "Accept-Encoding: gzip", method="HEAD")
+    assert empty == b"" and headers["content-encoding"] == "gzip"
+    # The scrape counter moved in between: the lengths agree within a few bytes.
+    assert abs(int(headers["content-length"]) - len(body)) < 16
+
+
+def test_header_fields_are_parsed_strictly() -> None:
+    from mcpnode.agent.metrics import _headers
+
+    head = (
+        b"GET /metrics HTTP/1.1\r\nAccept: a\r\nAccept : ignored\r\n no-colon\r\n"
+        b"ACCEPT-Encoding:gzip \r\naccept: b\r\n\r\n"
+    )
+    assert _headers(head) == {"accept": "a, b", "accept-encoding": "gzip"}

@@ -212,7 +212,7 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if shutil.which("ip") is None:
         pytest.skip("`ip` (iproute2) is not installed: cannot create a veth pair")
     profiles = tmp_path_factory.mktemp("profiles")
-    shutil.copy(REPO / "profiles" / "net-test.toml", profiles / "net-test.toml")
+    shutil.copy(REPO / "tests" / "profiles" / "net-test.toml", profiles / "net-test.toml")
     (profiles / "net-test-2.toml").write_text(SWITCHED_PROFILE)
     host_before = {k: read_sysctl(k) for k in KEYS}
     params = {

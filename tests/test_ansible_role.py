@@ -70,6 +70,8 @@ CONFIG_VARS: dict[str, Any] = {
     ],
     "mcpnode_metrics_listen": "127.0.0.1:9900",
     "mcpnode_export_kinds": ["prom", "ansible"],
+    # Debian's node_exporter directory: the agent writes there, the unit gets a drop-in for it.
+    "mcpnode_export_prom_dir": "/var/lib/prometheus/node-exporter",
     "mcpnode_log_format": "json",
 }
 
@@ -189,28 +191,11 @@ def test_syntax(playbook: str) -> None:
 # -- the real runs ----------------------------------------------------------------------------
 
 
-# Not needed to build the wheel, and large (fixtures) or changing under other runs (caches).
-NOT_SOURCE = shutil.ignore_patterns(
-    ".*", "*.egg-info", "__pycache__", "build", "dist", "tests", "bench", "ansible"
-)
-
-
 @pytest.fixture(scope="module")
-def ansible(tmp_path_factory: pytest.TempPathFactory) -> Ansible:
-    """A wheel of this checkout, as a release would ship it (units and profiles as data files).
-    Built from a copy: pip builds in the source tree, and build/ there is shared with whoever
-    else builds at the same time."""
-    source = tmp_path_factory.mktemp("source") / "mcpnode"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCE)
-    dist = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (wheel,) = dist.glob("mcpnode-*.whl")
-    return Ansible(tmp_path_factory.mktemp("ansible"), wheel)
+def ansible(built_wheel: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Ansible:
+    """The wheel of this checkout as a release would ship it (units, profiles, man pages and
+    completion scripts as data files; tests/wheelbuild.py), shared with test_wheel.py."""
+    return Ansible(tmp_path_factory.mktemp("ansible"), built_wheel[0])
 
 
 @dataclass(frozen=True)
@@ -257,6 +242,7 @@ def test_first_run_installs_and_configures(site: Site, ansible: Ansible) -> None
     assert config.pin_rules[1].unit == "triton.service"
     assert config.metrics_listen == "127.0.0.1:9900"
     assert config.export_kinds == ("prom", "ansible")
+    assert config.export_dir("prom") == "/var/lib/prometheus/node-exporter"
     assert config.log_format == "json"
 
     units = site.root / "etc/systemd/system"
@@ -264,6 +250,27 @@ def test_first_run_installs_and_configures(site: Site, ansible: Ansible) -> None
         shipped = venv / "share/mcpnode/systemd" / unit
         assert (units / unit).read_bytes() == shipped.read_bytes()
     assert not (units / "mcpnode.service.d/10-venv.conf").exists()  # the shipped venv path
+    exports = (units / "mcpnode.service.d/30-export-dirs.conf").read_text()
+    assert "\n[Service]\nReadWritePaths=-/var/lib/prometheus/node-exporter\n" in exports
+
+
+def test_command_man_pages_and_completion_linked(site: Site) -> None:
+    """Links under /usr/local into the venv, as the booted host resolves them: the command on
+    PATH (the completion scripts call it), one man page per command, three shells."""
+    local = site.root / "usr/local"
+    assert (local / "bin/mcpnode").readlink() == Path("/opt/mcpnode/bin/mcpnode")
+    for link in (
+        "share/bash-completion/completions/mcpnode",
+        "share/zsh/site-functions/_mcpnode",
+        "share/fish/vendor_completions.d/mcpnode.fish",
+    ):
+        target = (local / link).readlink()
+        assert target == Path("/opt/mcpnode") / link
+        assert (site.root / target.relative_to("/")).is_file()
+    pages = sorted(p.name for p in (local / "share/man/man1").iterdir())
+    assert "mcpnode.1" in pages and "mcpnode-export.1" in pages and len(pages) > 20
+    shipped = sorted(p.name for p in (site.root / "opt/mcpnode/share/man/man1").iterdir())
+    assert pages == shipped
 
 
 def test_facts_written_and_read_back(site: Site) -> None:

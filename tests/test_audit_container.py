@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from mcpnode.audit import container
-from mcpnode.audit.container.cdi_yaml import YamlError, YamlUnsupported, parse_yaml
 from mcpnode.audit.container.config import (
     CdiSpec,
     ConfigError,
@@ -30,7 +29,7 @@ from mcpnode.audit.container.config import (
     parse_daemon_json,
     parse_toolkit_config,
 )
-from mcpnode.audit.container.facts import Parsed
+from mcpnode.audit.container.facts import MAX_CDI_BYTES, Parsed
 from mcpnode.audit.container.version import (
     Version,
     advisories_for,
@@ -267,84 +266,45 @@ def test_parse_cli_versions_none() -> None:
     assert parse_cli_versions("nvidia-container-cli: unrecognized option\n") is None
 
 
-# -- YAML subset ------------------------------------------------------------------------------
+# -- CDI YAML: PyYAML's safe loader inside audit/yaml_bounded.py's bounds ----------------------
+
+CDI_HEAD = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n"
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("text", "names"),
     [
-        ("", None),
-        ("# only a comment\n---\n", None),
-        ("a: 1\nb: text\n", {"a": 1, "b": "text"}),
-        ("---\nkind: nvidia.com/gpu\n...\nignored: after the end\n", {"kind": "nvidia.com/gpu"}),
-        ("v: 0.5.0\nn: null\nt: true\nf: False\ne:\n", {"v": "0.5.0", "n": None, "t": True,
-                                                        "f": False, "e": None}),
-        ("l:\n- a\n- b\n", {"l": ["a", "b"]}),  # a sequence at its key's column
-        ("l:\n  - a\n  - b\n", {"l": ["a", "b"]}),
-        ("- name: \"0\"\n  path: /dev/nvidia0\n- name: all\n",
-         [{"name": "0", "path": "/dev/nvidia0"}, {"name": "all"}]),
-        ("- - a\n  - b\n- c\n", [["a", "b"], "c"]),
-        ("-\n  k: v\n", [{"k": "v"}]),
-        ("o: [ro, nosuid, \"no,dev\"]\ne: []\nm: {}\nf: {a: 1, b: [x]}\n",
-         {"o": ["ro", "nosuid", "no,dev"], "e": [], "m": {}, "f": {"a": 1, "b": ["x"]}}),
-        ("s: 'it''s # not a comment'  # a comment\n", {"s": "it's # not a comment"}),
-        ("s: it's plain # comment\n", {"s": "it's plain"}),
-        ("s: a#b\n", {"s": "a#b"}),
-        ('"quoted key": "tab\\there"\n', {"quoted key": "tab\there"}),
-        ("url: http://example.com/x\n", {"url": "http://example.com/x"}),
-        ("l: libcuda.so.1::/usr/lib/libcuda.so\n", {"l": "libcuda.so.1::/usr/lib/libcuda.so"}),
-        ("a:\n  b:\n    c: -1\n  d: +2\n", {"a": {"b": {"c": -1}, "d": 2}}),
+        # What Go's encoders write (nvidia-ctk, the device plugin): compact sequences of mappings.
+        (CDI_HEAD + 'devices:\n- name: "0"\n  containerEdits:\n    deviceNodes:\n'
+         "    - path: /dev/nvidia0\n- name: all\n", ("0", "all")),
+        (CDI_HEAD + 'devices:\n  - name: "0"\n  - name: "1"\n', ("0", "1")),
+        ("---\n" + CDI_HEAD + 'devices: [{name: "0"}, {name: GPU-aaa}]  # flow\n...\n',
+         ("0", "GPU-aaa")),
+        # Beyond what the encoders write, still a spec the registry reads: anchors for shared
+        # edits, a block scalar, single quotes.
+        (CDI_HEAD + "devices:\n- name: '0'\n  containerEdits: &e\n    env: [A=1]\n"
+         "- name: '1'\n  containerEdits: *e\n- name: |-\n    all\n", ("0", "1", "all")),
     ],
 )  # fmt: skip
-def test_yaml_subset(text: str, expected: object) -> None:
-    assert parse_yaml(text) == expected
+def test_cdi_yaml_forms(text: str, names: tuple[str, ...]) -> None:
+    assert parse_cdi_spec(text, is_json=False).device_names == names
 
 
-@pytest.mark.parametrize(
-    ("text", "line", "fragment"),
-    [
-        ("a: 1\n\tb: 2\n", 2, "tab"),
-        ("a: 1\na: 2\n", 2, "duplicate key"),
-        ("a: 1\njust words\n", 2, "expected 'key: value'"),
-        ("a:\n    b: 1\n  c: 2\n", 3, "bad indentation"),
-        ("- a\n  - b\n", 2, "bad indentation"),
-        ('a: "x" y\n', 1, "after a quoted scalar"),
-        ("a: [x] y\n", 1, "after a flow collection"),
-        ("a: {x 1}\n", 1, "expected ':'"),
-        ('- name: "0"\n   edits: x\n', 2, "under a scalar value"),
-        ("a: b\n  c: d\n", 2, "under a scalar value"),
-        ("a: 1\n  - x\n", 2, "under a scalar value"),
-    ],
-)
-def test_yaml_errors(text: str, line: int, fragment: str) -> None:
-    with pytest.raises(YamlError) as err:
-        parse_yaml(text)
-    assert not isinstance(err.value, YamlUnsupported)
-    assert err.value.line == line and fragment in str(err.value)
-
-
-@pytest.mark.parametrize(
-    ("text", "fragment"),
-    [
-        ("a: &x 1\n", "anchors"),
-        ("a: *x\n", "anchors"),
-        ("a: !!str 1\n", "tags"),
-        ("&x a: 1\n", "anchors"),
-        ("a: |\n  text\n", "block scalars"),
-        ("a: >\n  text\n", "block scalars"),
-        ("a: 1\n---\nb: 2\n", "more than one document"),
-        ("--- {a: 1}\n", "document start line"),
-        ("%YAML 1.2\n---\na: 1\n", "directives"),
-        ("a: one\n  two\n", "multi-line plain scalar"),
-        ("a: [x,\n  y]\n", "next line"),
-        ("a: 'open\n  close'\n", "next line"),
-        ("? complex\n: key\n", "complex keys"),
-        ('a: "\\x41"\n', "escape"),
-    ],
-)
-def test_yaml_unsupported(text: str, fragment: str) -> None:
-    with pytest.raises(YamlUnsupported, match=fragment):
-        parse_yaml(text)
+def test_cdi_yaml_bounds() -> None:
+    """An alias bomb and nesting past the bound are refused unread (unsupported: WARN, "not
+    checked"), quickly; a Python tag is refused by the safe loader as invalid."""
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):  # nine levels of nine aliases: 9^9 leaves from a few hundred bytes
+        levels.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    bomb = CDI_HEAD + "\n".join(levels) + '\ndevices: [{name: "0"}]\n'
+    deep = CDI_HEAD + "devices: " + "[" * 200 + "]" * 200 + "\n"
+    for text in (bomb, deep):
+        with pytest.raises(ConfigError) as err:
+            parse_cdi_spec(text, is_json=False)
+        assert err.value.unsupported and "not checked" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_cdi_spec(CDI_HEAD + "devices: !!python/object:os.system [x]\n", is_json=False)
+    assert not err.value.unsupported and "not valid YAML" in str(err.value)
 
 
 # -- config parsers ---------------------------------------------------------------------------
@@ -511,7 +471,11 @@ def test_cdi_json_and_driver_versions() -> None:
         ("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n", False, '"devices"', False),
         ("- a\n", False, "not a mapping", False),
         ("cdiVersion: 0.5.0\n  kind: x\n", False, "not valid YAML", False),
-        ("cdiVersion: &v 0.5.0\n", False, "outside what mcpnode reads", True),
+        ("cdiVersion: 0.5.0\n  kind: x\n", False, "at line 2", False),
+        (CDI_HEAD + "devices: [{name: a}]\n---\nkind: b\n", False, "single document", False),
+        # YAML 1.1, as the registry's decoder reads it: 0.5 is a number, not a version string.
+        ("cdiVersion: 0.5\nkind: nvidia.com/gpu\ndevices: [{name: a}]\n", False,
+         '"cdiVersion"', False),
         ('{"cdiVersion": "0.5.0",}', True, "not valid JSON", False),
     ],
 )  # fmt: skip
@@ -817,19 +781,27 @@ def test_crio_rules(tmp_path: Path, topology: Topology) -> None:
     assert st["container.runtime.crio"] == "FAIL"  # default_runtime nvidia, none defined
 
 
-def test_cdi_json_unparseable_and_unsupported_yaml(tmp_path: Path, topology: Topology) -> None:
+def test_cdi_json_unparseable_and_over_bounds_yaml(tmp_path: Path, topology: Topology) -> None:
     root = build_root(
         tmp_path,
         toolkit("1.17.8"),
         {
             "etc/nvidia-container-runtime/config.toml": MODE_CDI,
             "etc/cdi/broken.json": '{"cdiVersion": ',
-            "var/run/cdi/anchors.yaml": "cdiVersion: &v 0.5.0\n",
+            "var/run/cdi/aliases.yaml": CDI_HEAD
+            + "a: &a [x]\n"
+            + "".join(f"b{i}: *a\n" for i in range(20))
+            + 'devices: [{name: "0"}]\n',
+            "var/run/cdi/huge.yaml": CDI_HEAD + "# padding\n" * (MAX_CDI_BYTES // 10),
         },
     )
-    st = statuses(run_root(root, make_ctx(topology)))
+    findings = run_root(root, make_ctx(topology))
+    st = statuses(findings)
     assert st["container.cdi.spec@/etc/cdi/broken.json"] == "FAIL"
-    assert st["container.cdi.spec@/var/run/cdi/anchors.yaml"] == "WARN"
+    assert st["container.cdi.spec@/var/run/cdi/aliases.yaml"] == "WARN"  # over bounds: unchecked
+    # Over MAX_CDI_BYTES: the read stops there, and the spec is not checked (never a PASS).
+    huge = next(f for f in findings if f.subject == "/var/run/cdi/huge.yaml")
+    assert huge.status is Status.WARN and "unreadable" in huge.summary
     assert st["container.cdi.present"] == "FAIL"  # mode cdi and no usable spec
 
 

@@ -98,7 +98,7 @@ def test_what_the_fast_path_does_not_serve_goes_to_click(argv: list[str]) -> Non
 def test_errors_are_one_line_with_clicks_exit_code(tmp_path: Path) -> None:
     res = mcpnode("topo", "--root", str(tmp_path / "missing"))
     assert res.returncode == 2
-    assert res.stderr == f"mcpnode: {tmp_path / 'missing'}: no such file or directory\n"
+    assert res.stderr == f"mcpnode: --root {tmp_path / 'missing'}: no such file or directory\n"
     (tmp_path / "file").write_text("x")
     res = mcpnode("gpus", "--root", str(tmp_path / "file"))
     assert res.returncode == 2 and "not a directory, .tar.gz or .tar.bz2" in res.stderr

@@ -128,3 +128,31 @@ def test_cli_kinds_are_the_exporters() -> None:
     choice = export.params[0].type
     assert isinstance(choice, click.Choice)
     assert list(choice.choices) == list(KINDS)
+
+
+def test_expiry_and_slurm_type_options(root: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from mcpnode.placement.exporters import nfd
+
+    res = CliRunner().invoke(
+        cli, ["export", "nfd", "--root", str(root), "--stdout", "--no-audit", "--expiry", "3600"]
+    )
+    assert res.exit_code == 0, res.output
+    expires = nfd.expiry_of(res.stdout)
+    assert expires is not None
+    assert timedelta(seconds=3590) < expires - datetime.now(timezone.utc) <= timedelta(hours=1)
+    plain = CliRunner().invoke(cli, ["export", "nfd", "--root", str(root), "--stdout"])
+    assert nfd.expiry_of(plain.stdout) is None  # by hand: no expiry unless asked
+    short = CliRunner().invoke(
+        cli, ["export", "slurm", "--root", str(root), "--stdout", "--slurm-type", "short"]
+    )
+    assert " Type=h100 " in short.stdout
+    full = CliRunner().invoke(cli, ["export", "slurm", "--root", str(root), "--stdout"])
+    assert " Type=nvidia_h100_nvl " in full.stdout
+
+
+def test_too_short_an_expiry_is_a_usage_error(root: Path) -> None:
+    proc = run_main("export", "nfd", "--root", str(root), "--stdout", "--expiry", "10")
+    assert proc.returncode == 64
+    assert "--expiry" in proc.stderr

@@ -4,6 +4,7 @@ NUMA layout label, NFD's 64 kB limit, and the labels on the recorded hosts."""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -32,9 +33,9 @@ def k8s_value_ok(v: str) -> bool:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("mcpnode.io/gpu-count", "8"),
+        ("mcpnode.io/gpu.count", "8"),
         ("mcpnode.io/gpu-numa-layout", "0-0-0-0-1-1-1-1"),
-        ("mcpnode.io/driver", "570.133.20"),
+        ("mcpnode.io/gpu.product", "NVIDIA-H100-80GB-HBM3"),
         ("mcpnode.io/x", ""),  # an empty value is valid
         ("mcpnode.io/a_b.c-D", "A_b.c-9"),
         ("feature.node.kubernetes.io/gpu", "true"),  # NFD's own namespace is allowed
@@ -165,22 +166,90 @@ def test_every_line_of_every_fixture_is_a_valid_label(fixture: str) -> None:
 
 def test_hgx_labels() -> None:
     got = dict(nfd.labels(topology("hgx-h100-8gpu-8nic"), placement("hgx-h100-8gpu-8nic"), AUDIT))
-    assert got["mcpnode.io/gpu-count"] == "8"
     assert got["mcpnode.io/gpu-numa-layout"] == "0-0-0-0-1-1-1-1"
     assert got["mcpnode.io/nvlink"] == "NV18"
     assert got["mcpnode.io/nvswitch"] == "true"
     assert got["mcpnode.io/gpu-nic-pix"] == "true"
-    assert got["mcpnode.io/driver"] == "570.133.20"
-    assert got["mcpnode.io/cuda"] == "12.8"
-    assert got["mcpnode.io/gpu-model"] == "H100-80GB-HBM3"
     assert got["mcpnode.io/tuning-compliant"] == "false"
     assert got["mcpnode.io/audit-fail"] == "2"
 
 
+# GPU Feature Discovery's names for the same facts (NVIDIA/k8s-device-plugin internal/lm:
+# resource.go `product`/`count`/`memory`/`compute.major`/`compute.minor`, nvml.go's
+# `cuda.driver.*` = the driver version's parts and `cuda.runtime.*` = the CUDA version), as
+# GFD would write them on the recorded hosts, under mcpnode.io/ instead of nvidia.com/.
+GFD = {
+    "hgx-h100-8gpu-8nic": {
+        "gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "gpu.count": "8",
+        "gpu.memory": "81559",
+        "gpu.compute.major": "9",
+        "gpu.compute.minor": "0",
+        "cuda.driver.major": "570",
+        "cuda.driver.minor": "133",
+        "cuda.driver.rev": "20",
+        "cuda.runtime.major": "12",
+        "cuda.runtime.minor": "8",
+    },
+    "dgx-a100": {
+        "gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "gpu.count": "8",
+        "gpu.memory": "81920",
+        "gpu.compute.major": "8",
+        "gpu.compute.minor": "0",
+        "cuda.driver.major": "535",
+        "cuda.driver.minor": "183",
+        "cuda.driver.rev": "01",  # as the driver (and GFD) write it; Gt/Lt read 1
+        "cuda.runtime.major": "12",
+        "cuda.runtime.minor": "2",
+    },
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(GFD))
+def test_gfd_spellings(fixture: str) -> None:
+    got = dict(nfd.labels(topology(fixture), placement(fixture), None))
+    gfd_named = {k.removeprefix("mcpnode.io/"): v for k, v in got.items() if "." in k[11:]}
+    assert gfd_named == GFD[fixture]
+    for name in ("gpu.count", "gpu.memory", "gpu.compute.major", "cuda.driver.rev"):
+        assert int(got[f"mcpnode.io/{name}"]) >= 0  # Gt/Lt need an integer
+    # The old mcpnode spellings of the same facts are gone: one name per concept.
+    for old in ("gpu-count", "gpu-model", "driver", "cuda"):
+        assert f"mcpnode.io/{old}" not in got
+
+
+def test_version_parts_stop_at_the_first_non_number() -> None:
+    names = ("a", "b", "c")
+    assert nfd._version_parts("570.133.20", names) == [("a", "570"), ("b", "133"), ("c", "20")]
+    assert nfd._version_parts("12.8", names) == [("a", "12"), ("b", "8")]
+    assert nfd._version_parts("560.28-beta.1", names) == [("a", "560")]
+    assert nfd._version_parts(None, names) == []
+    assert nfd._version_parts("1.2.3.4", names) == [("a", "1"), ("b", "2"), ("c", "3")]
+
+
+def test_mixed_gpus_and_unknown_facts() -> None:
+    """A product only when every GPU has the same NVML name (`mixed` otherwise); memory and
+    compute capability only when all GPUs agree; nothing NVML did not say."""
+    topo = topology("hgx-h100-8gpu-8nic")
+    gpus = list(topo.gpus)
+    assert gpus[1].nvml is not None
+    gpus[1] = replace(
+        gpus[1],
+        nvml=replace(
+            gpus[1].nvml, name="NVIDIA H200", memory_total_mib=143771, compute_capability=None
+        ),
+    )
+    got = dict(nfd.labels(replace(topo, gpus=tuple(gpus)), placement("hgx-h100-8gpu-8nic"), None))
+    assert got["mcpnode.io/gpu.product"] == "mixed"
+    for absent in ("gpu.memory", "gpu.compute.major", "gpu.compute.minor"):
+        assert f"mcpnode.io/{absent}" not in got
+    assert got["mcpnode.io/gpu.count"] == "8"
+
+
 def test_no_gpu_host_leaves_gpu_facts_out() -> None:
     got = dict(nfd.labels(topology("no-gpu-host"), placement("no-gpu-host"), None))
-    assert got["mcpnode.io/gpu-count"] == "0"
-    for absent in ("driver", "cuda", "gpu-numa-layout", "nvlink", "gpu-nic-pix", "audit-fail"):
+    assert got["mcpnode.io/gpu.count"] == "0"
+    for absent in ("cuda.driver.major", "gpu.product", "gpu-numa-layout", "nvlink", "audit-fail"):
         assert f"mcpnode.io/{absent}" not in got
 
 
@@ -206,3 +275,63 @@ def test_file_over_64k_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nfd, "FILE_MAX_BYTES", 100)
     with pytest.raises(NfdLabelError, match="over NFD's 100"):
         nfd.render(topology("hgx-h100-8gpu-8nic"), placement("hgx-h100-8gpu-8nic"), AUDIT)
+
+
+# -- expiry -------------------------------------------------------------------------------------
+
+
+def nfd_worker_labels(text: str, now: datetime) -> dict[str, str]:
+    """What nfd-worker's `local` source takes from a feature file at `now`, restated from
+    kubernetes-sigs/node-feature-discovery source/local/local.go (parseFeatureFile): lines
+    trimmed; `# +expiry-time=` (RFC 3339) sets the expiry of the lines after it; a line whose
+    expiry is before now is skipped; any other `# +` directive is an error (logged, ignored);
+    `name` alone means `name=true`."""
+    expiry = now
+    labels: dict[str, str] = {}
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            if line.startswith("# +"):
+                key, sep, value = line[3:].partition("=")
+                assert key == "expiry-time" and sep, f"nfd-worker rejects the directive {line!r}"
+                expiry = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            continue
+        if expiry < now:
+            continue
+        key, sep, value = line.partition("=")
+        labels[key] = value if sep else "true"
+    return labels
+
+
+def test_expiry_directive_as_nfd_worker_reads_it() -> None:
+    text = nfd.render(topology("hgx-h100-8gpu-8nic"), placement("hgx-h100-8gpu-8nic"), AUDIT)
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    fresh = nfd.with_expiry(text, now + timedelta(seconds=300))
+    assert "# +expiry-time=2026-01-02T03:09:05Z\n" in fresh
+    assert nfd.expiry_of(fresh) == now + timedelta(seconds=300)
+    labels = dict(
+        nfd.labels(topology("hgx-h100-8gpu-8nic"), placement("hgx-h100-8gpu-8nic"), AUDIT)
+    )
+    assert nfd_worker_labels(fresh, now) == labels
+    assert nfd_worker_labels(fresh, now + timedelta(seconds=301)) == {}  # expired: all gone
+    # Without the directive nfd-worker keeps the labels for ever (and so does render's output).
+    assert nfd_worker_labels(text, now + timedelta(days=365)) == labels
+    assert nfd.expiry_of(text) is None
+    # Refreshing replaces the directive; it never accumulates.
+    again = nfd.with_expiry(fresh, now + timedelta(seconds=600))
+    assert again.count(nfd.EXPIRY_DIRECTIVE) == 1
+    assert nfd.expiry_of(again) == now + timedelta(seconds=600)
+    # The directive comes before the first label (it only applies to the lines after it).
+    lines = again.splitlines()
+    first_label = next(i for i, ln in enumerate(lines) if not ln.startswith("#"))
+    assert lines[first_label - 1].startswith(nfd.EXPIRY_DIRECTIVE)
+
+
+def test_expiry_in_another_zone_is_written_in_utc() -> None:
+    cet = timezone(timedelta(hours=1))
+    out = nfd.with_expiry("# c\nmcpnode.io/x=1\n", datetime(2026, 1, 2, 4, 0, tzinfo=cet))
+    assert out == "# c\n# +expiry-time=2026-01-02T03:00:00Z\nmcpnode.io/x=1\n"
+    with pytest.raises(ValueError, match="timezone-aware"):
+        nfd.with_expiry("x=1\n", datetime(2026, 1, 2))  # naive: the point of the test

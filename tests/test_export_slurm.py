@@ -14,8 +14,8 @@ from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, replace
 from tests.exportcase import FIXTURES, placement, topology
 
 
-def gres_lines(fixture: str) -> list[dict[str, str]]:
-    text = slurm.render(topology(fixture), placement(fixture), None)
+def gres_lines(fixture: str, type_form: slurm.TypeForm = "autodetect") -> list[dict[str, str]]:
+    text = slurm.render(topology(fixture), placement(fixture), None, type_form=type_form)
     out = []
     for line in text.splitlines():
         if line.startswith("#") or not line:
@@ -40,7 +40,7 @@ def test_hgx_cores_are_physical_cores_socket_major() -> None:
     lines = gres_lines("hgx-h100-8gpu-8nic")
     assert [ln["File"] for ln in lines] == [f"/dev/nvidia{i}" for i in range(8)]
     assert [ln["Cores"] for ln in lines] == ["0-47"] * 4 + ["48-95"] * 4
-    assert {ln["Type"] for ln in lines} == {"h100"}
+    assert {ln["Type"] for ln in lines} == {"nvidia_h100_80gb_hbm3"}  # as AutoDetect=nvml
     assert lines[0]["Links"] == "-1,18,18,18,18,18,18,18"
     assert lines[5]["Links"] == "18,18,18,18,18,-1,18,18"
 
@@ -59,7 +59,7 @@ def test_dgx_a100_nps4_cores() -> None:
         "80-95",
         "80-95",
     ]
-    assert {ln["Type"] for ln in lines} == {"a100"}
+    assert {ln["Type"] for ln in lines} == {"nvidia_a100-sxm4-80gb"}
     assert lines[0]["Links"] == "-1," + ",".join(["12"] * 7)
 
 
@@ -123,5 +123,44 @@ def test_gpu_without_minor_gets_a_comment_not_a_line() -> None:
     text = slurm.render(replace(topo, gpus=gpus), placement("h100-nvl-pair"), None)
     assert "# GPU0 0001:00:00.0: minor number unknown" in text
     assert [ln for ln in text.splitlines() if ln.startswith("Name=")] == [
-        "Name=gpu Type=h100 File=/dev/nvidia1 Cores=40-79 Links=12,-1"
+        "Name=gpu Type=nvidia_h100_nvl File=/dev/nvidia1 Cores=40-79 Links=12,-1"
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "autodetect", "short"),
+    [
+        # gpu_common_underscorify_tolower: tolower() each char, ' ' -> '_' (nothing else).
+        ("NVIDIA H100 80GB HBM3", "nvidia_h100_80gb_hbm3", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "nvidia_a100-sxm4-80gb", "a100"),
+        ("NVIDIA L40S", "nvidia_l40s", "l40s"),
+        ("NVIDIA GH200 480GB", "nvidia_gh200_480gb", "gh200"),
+        ("Tesla V100-SXM2-16GB", "tesla_v100-sxm2-16gb", "v100"),
+        ("NVIDIA H100 NVL", "nvidia_h100_nvl", "h100"),
+        ("NVIDIA RTX Ü6000", "nvidia_rtx_Ü6000", "ü6000"),  # C-locale tolower: ASCII only
+    ],
+)
+def test_type_as_autodetect_derives_it(name: str, autodetect: str, short: str) -> None:
+    assert slurm.gres_type(name) == autodetect
+    assert slurm.gres_type(name, "short") == short
+    assert slurm.gres_type(None) is None
+    with pytest.raises(ValueError):
+        slurm.gres_type(name, "long")  # type: ignore[arg-type]
+
+
+def test_short_type_form() -> None:
+    assert {ln["Type"] for ln in gres_lines("hgx-h100-8gpu-8nic", "short")} == {"h100"}
+    assert {ln["Type"] for ln in gres_lines("dgx-a100", "short")} == {"a100"}
+
+
+def test_nps4_says_numa_node_as_socket() -> None:
+    """DGX A100 in NPS4: 8 NUMA nodes on 2 sockets, so the comment states the rule; HGX H100
+    (one node per socket) and the no-GPU host do not get it."""
+    text = slurm.render(topology("dgx-a100"), placement("dgx-a100"), None)
+    assert "# 8 NUMA nodes with CPUs on 2 sockets" in text
+    assert "SlurmdParameters=numa_node_as_socket" in text
+    assert slurm.sub_socket_numa(topology("dgx-a100")) == (8, 2)
+    for fixture in ("hgx-h100-8gpu-8nic", "no-gpu-host", "pcie-4x-l40s-2socket"):
+        got = slurm.render(topology(fixture), placement(fixture), None)
+        assert "numa_node_as_socket" not in got
+        assert slurm.sub_socket_numa(topology(fixture)) is None

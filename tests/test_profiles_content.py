@@ -1,8 +1,9 @@
 """The shipped tuning profiles, read as plain TOML (not through the engine).
 
 These guard what the files say: real sysctl names only, a comment with the why and the kernel
-default on every value (STYLE.md habit 11), includes that resolve, the test-only profile limited
-to per-netns keys. When the engine is importable, it must accept every shipped profile too.
+default on every value, includes that resolve, the test-only profile (tests/profiles/, never
+shipped) limited to per-netns keys. When the engine is importable, it must accept every profile
+too.
 """
 
 from __future__ import annotations
@@ -21,8 +22,13 @@ tomllib = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else 
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES_DIR = REPO / "profiles"
-SHIPPED = ("base", "inference-latency", "inference-throughput", "net-test")
-PROFILE_FILES = sorted(PROFILES_DIR.glob("*.toml"))
+# Profiles only the tests apply (inside a network namespace); not in profiles/, so the wheel
+# (pyproject.toml's data-files: profiles/*.toml) does not install them on hosts.
+TEST_PROFILES_DIR = REPO / "tests" / "profiles"
+SHIPPED = ("base", "inference-latency", "inference-throughput")
+TEST_ONLY = ("net-test",)
+SHIPPED_FILES = sorted(PROFILES_DIR.glob("*.toml"))
+PROFILE_FILES = sorted([*SHIPPED_FILES, *TEST_PROFILES_DIR.glob("*.toml")], key=lambda p: p.stem)
 
 # A sysctl name: dot-separated segments of [a-z0-9_-] (fs.file-max has a dash), at least two.
 SYSCTL_NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+$")
@@ -102,9 +108,11 @@ def comment_block_above(lines: list[str], index: int) -> list[str]:
 
 
 def test_every_shipped_profile_exists() -> None:
-    stems = {p.stem for p in PROFILE_FILES}
+    stems = {p.stem for p in SHIPPED_FILES}
     missing = set(SHIPPED) - stems
     assert not missing, f"profiles missing from {PROFILES_DIR}: {sorted(missing)}"
+    assert stems == set(SHIPPED), f"unexpected shipped profiles: {sorted(stems - set(SHIPPED))}"
+    assert {p.stem for p in TEST_PROFILES_DIR.glob("*.toml")} == set(TEST_ONLY)
 
 
 @pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
@@ -231,9 +239,7 @@ def test_net_test_profile_is_per_netns_only() -> None:
 
 def test_docs_table_lists_every_shipped_key() -> None:
     doc = (REPO / "docs" / "tuning.md").read_text(encoding="utf-8")
-    for path in PROFILE_FILES:
-        if path.stem not in SHIPPED or path.stem == "net-test":
-            continue
+    for path in SHIPPED_FILES:
         for section, key, _ in value_lines(path):
             assert f"`{key}`" in doc, f"docs/tuning.md does not list [{section}] {key}"
 
@@ -285,22 +291,25 @@ def engine_available() -> bool:
 @pytest.mark.skipif(
     not engine_available(), reason=f"{ENGINE} is not importable yet (tuning engine not built)"
 )
-@pytest.mark.parametrize("name", SHIPPED)
-def test_engine_accepts_shipped_profile(name: str, tmp_path: Path) -> None:
-    """The engine loads each shipped profile from profiles/ against an empty temp root (no
-    local profiles to shadow it) and keeps every key, includes resolved."""
+@pytest.mark.parametrize(
+    ("name", "directory"),
+    [*((n, PROFILES_DIR) for n in SHIPPED), *((n, TEST_PROFILES_DIR) for n in TEST_ONLY)],
+)
+def test_engine_accepts_shipped_profile(name: str, directory: Path, tmp_path: Path) -> None:
+    """The engine loads each profile from its directory against an empty temp root (no local
+    profiles to shadow it) and keeps every key, includes resolved."""
     from mcpnode.host import Host
     from mcpnode.tuning.profile import load_profile
 
     with Host(tmp_path) as host:
-        profile = load_profile(name, host, system_dir=PROFILES_DIR)
+        profile = load_profile(name, host, system_dir=directory)
     assert profile.name == name
     chain = [name]
     for included in by_name()[name]["profile"].get("include", []):
         chain.insert(0, included)
     assert list(profile.chain) == chain
     for member in chain:
-        for key in load(PROFILES_DIR / f"{member}.toml").get("sysctl", {}):
+        for key in load(directory / f"{member}.toml").get("sysctl", {}):
             setting = profile.setting(key)
             assert setting is not None, f"engine's {name} lost {key} (from {member})"
             assert "default" in setting.comment.lower(), f"{name}: {key}: comment not kept"

@@ -647,3 +647,49 @@ def test_documented_dropins(tmp_path: Path) -> None:
     assert rows["CapabilityBoundingSet=~CAP_SYS_ADMIN"][0] is False
     assert rows["SystemCallFilter=~@mount"][0] is True
     assert proc.returncode == 0 and exposure <= 4.2, f"with both drop-ins: exposure {exposure}"
+
+
+# -- export directories moved by [export] <kind>_dir: the role's drop-in follows ---------------
+
+EXPORT_DROPIN = REPO / "ansible/roles/mcpnode/templates/export-dirs-dropin.conf.j2"
+
+
+def render_export_dropin(directories: list[str]) -> str:
+    """The Ansible role's drop-in for these directories, rendered by Jinja2 as Ansible does
+    (trim_blocks: Ansible's template module default)."""
+    jinja2 = pytest.importorskip("jinja2", reason="jinja2 comes with ansible-core ([dev])")
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, autoescape=False)
+    text: str = env.from_string(EXPORT_DROPIN.read_text()).render(mcpnode_export_dirs=directories)
+    return text
+
+
+def test_moved_export_directories_are_writable_with_the_role_dropin() -> None:
+    """The agent writes where `[export] <kind>_dir` says; the shipped unit covers the default
+    directories only, and the role's drop-in adds the others (Debian's node_exporter reads
+    /var/lib/prometheus/node-exporter). Without the drop-in they are not writable."""
+    from mcpnode.agent.config import parse_config
+    from mcpnode.placement.exporters.write import target_path
+
+    config = parse_config(
+        '[export]\nkinds = ["nfd", "prom"]\nprom_dir = "/var/lib/prometheus/node-exporter"\n'
+        'nfd_dir = "/srv/nfd/features.d"\n'
+    )
+    written = [target_path(k, config.export_dir(k)) for k in config.export_kinds]
+    moved = sorted(
+        {str(PurePosixPath(p).parent) for p in written} - set(writable_dirs(load(AGENT_UNIT)))
+    )
+    assert moved == ["/srv/nfd/features.d", "/var/lib/prometheus/node-exporter"]
+    unit = parse_unit(AGENT_UNIT.read_text() + "\n" + render_export_dropin(moved))
+    rw = writable_dirs(unit)
+    for path in written:
+        assert any(inside(str(PurePosixPath(path).parent), d) for d in rw), (path, sorted(rw))
+    assert "ReadWritePaths=--" not in render_export_dropin(moved)
+
+
+@needs_analyze
+def test_export_dirs_dropin_verifies(tmp_path: Path) -> None:
+    text = render_export_dropin(["/var/lib/prometheus/node-exporter"])
+    units = installable(tmp_path / "units", ("30-export-dirs.conf", text))
+    proc = analyze("verify", str(units[AGENT_UNIT.name]), unit_dir=tmp_path / "units")
+    assert proc.returncode == 0, proc.stderr
+    assert complaints(proc, "30-export-dirs.conf") == []

@@ -61,7 +61,7 @@ def test_profiles_show_merges_includes(dirs: tuple[str, str]) -> None:
 def test_profiles_show_unknown_is_an_error(dirs: tuple[str, str]) -> None:
     root, profiles = dirs
     code, _, err = run_cli("profiles", "show", "nope", "--root", root, "--profiles-dir", profiles)
-    assert code == 2 and "no profile named 'nope'" in err
+    assert code == 64 and err.startswith("mcpnode: unknown profile 'nope' (profiles: ")
 
 
 def test_explain_net_key_says_per_netns(dirs: tuple[str, str]) -> None:

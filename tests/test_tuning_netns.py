@@ -1,4 +1,8 @@
-"""apply → verify → drift → rollback of `profiles/net-test.toml` on the real kernel, harmlessly.
+"""apply → verify → drift → rollback of `tests/profiles/net-test.toml` on the real kernel,
+harmlessly.
+
+The profile is test-only, so it lives under tests/ (the wheel ships `profiles/` alone) and every
+run names its directory with `--profiles-dir`.
 
 The whole run happens in a child started by `unshare --net --mount`:
 
@@ -38,6 +42,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+TEST_PROFILES = REPO / "tests" / "profiles"
 
 KEYS = (
     "net.core.somaxconn",
@@ -90,6 +95,7 @@ from pathlib import Path
 
 params = json.loads(sys.argv[1])
 keys, python, repo = params["keys"], params["python"], params["repo"]
+profiles = ["--profiles-dir", params["profiles_dir"]]
 sys.path.insert(0, repo)
 from tests.nschild import private_tmpfs, set_sysctl, sysctl
 report = {"steps": {}, "errors": []}
@@ -119,12 +125,12 @@ try:
     # A new netns inherits init_net's congestion control: start from reno so apply must work.
     set_sysctl("net.ipv4.tcp_congestion_control", "reno")
     report["originals"] = values()
-    run("dry_run", "apply", "--profile", "net-test", "--root", "/", "--dry-run",
+    run("dry_run", "apply", "--profile", "net-test", *profiles, "--root", "/", "--dry-run",
         "--format", "json")
-    run("apply", "apply", "--profile", "net-test", "--root", "/", "--persist")
-    run("verify", "verify", "--profile", "net-test")
+    run("apply", "apply", "--profile", "net-test", *profiles, "--root", "/", "--persist")
+    run("verify", "verify", "--profile", "net-test", *profiles)
     set_sysctl("net.core.somaxconn", "1024")
-    run("verify_drift", "verify", "--profile", "net-test")
+    run("verify_drift", "verify", "--profile", "net-test", *profiles)
     run("rollback", "rollback")
 except Exception as err:  # reported to the parent, which fails the test with it
     report["errors"].append(f"{type(err).__name__}: {err}")
@@ -164,6 +170,7 @@ def run_in_namespaces() -> dict[str, Any]:
         "keys": list(KEYS),
         "python": sys.executable,
         "repo": str(REPO),
+        "profiles_dir": str(TEST_PROFILES),
         "journal": JOURNAL,
         "persisted": PERSISTED,
         # Where mcpnode writes (journal, sysctl.d): no run without a tmpfs over them.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from mcpnode.errors import (
     Untrusted,
 )
 from mcpnode.host import Host
+from mcpnode.placement.exporters.write import KINDS
 from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT
 from mcpnode.topology.parse import ParseError, parse_cpulist
 from mcpnode.tuning import tomlsafe
@@ -37,6 +39,15 @@ from mcpnode.tuning.profile import PROFILE_NAME, Profile, load_profile
 CONFIG_PATH = "/etc/mcpnode/mcpnode.toml"
 METRICS_DEFAULT = "127.0.0.1:9847"
 EXPORT_KINDS = ("nfd", "prom", "slurm", "ansible")
+# `[export] <kind>_dir`: the directory each kind's file is written to (its file name is fixed).
+EXPORT_DIR_KEYS = {f"{kind}_dir": kind for kind in EXPORT_KINDS}
+DEFAULT_EXPORT_DIRS: tuple[tuple[str, str], ...] = tuple(
+    sorted((name, posixpath.dirname(kind.path)) for name, kind in KINDS.items())
+)
+SLURM_TYPES = ("autodetect", "short")
+# NFD's `# +expiry-time=`: 5 minutes, rewritten every third of it (docs/config.md, [export]).
+NFD_EXPIRY_DEFAULT = 300.0
+NFD_EXPIRY_MIN = 60.0
 MAX_CONFIG_BYTES = 1 << 20
 
 DriftMode = Literal["remediate", "report"]
@@ -44,6 +55,7 @@ Rollback = Literal["never", "on-stop"]
 LogFormat = Literal["auto", "json", "console"]
 UdevSource = Literal["auto", "udev", "kernel", "off"]
 PinScope = Literal["slice", "node"]
+SlurmType = Literal["autodetect", "short"]
 
 
 class ConfigError(McpnodeError):
@@ -104,6 +116,9 @@ class AgentConfig:
     metrics_allow_remote: bool = False
     # [export]
     export_kinds: tuple[str, ...] = ("prom",)
+    export_dirs: tuple[tuple[str, str], ...] = DEFAULT_EXPORT_DIRS  # (kind, directory) by kind
+    nfd_expiry: float = NFD_EXPIRY_DEFAULT  # seconds; 0: no expiry directive
+    slurm_type: SlurmType = "autodetect"
     # [log]
     log_format: LogFormat = "auto"
     log_level: str = "info"
@@ -119,6 +134,11 @@ class AgentConfig:
     def metrics_address(self) -> tuple[str, int] | None:
         return None if self.metrics_listen is None else split_listen(self.metrics_listen)
 
+    def export_dir(self, kind: str) -> str:
+        """The directory `kind`'s file is written to: `[export] <kind>_dir`, else its usual one.
+        Raises KeyError for an unknown kind."""
+        return dict(self.export_dirs)[kind]
+
 
 SECTIONS: dict[str, tuple[str, ...]] = {
     "tuning": ("profile", "persist", "rollback"),
@@ -127,7 +147,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "placement": ("housekeeping",),
     "autopin": ("enabled", "interval", "scope", "rule"),
     "metrics": ("listen", "allow_remote"),
-    "export": ("kinds",),
+    "export": ("kinds", *EXPORT_DIR_KEYS, "nfd_expiry", "slurm_type"),
     "log": ("format", "level"),
     "health": ("interval", "nvml_events"),
 }
@@ -292,6 +312,19 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
             raise r.err("export.kinds", f"unknown kind {k!r} (kinds: {', '.join(EXPORT_KINDS)})")
     if len(set(kinds)) != len(kinds):
         raise r.err("export.kinds", "lists a kind twice")
+    dirs = dict(DEFAULT_EXPORT_DIRS)
+    for key, kind in EXPORT_DIR_KEYS.items():
+        if key in export:
+            dirs[kind] = _directory(r, f"export.{key}", export[key])
+    nfd_expiry = r.seconds(export, "export", "nfd_expiry", NFD_EXPIRY_DEFAULT, 0.0, 7 * 86400.0)
+    if 0 < nfd_expiry < NFD_EXPIRY_MIN:
+        raise r.err(
+            "export.nfd_expiry",
+            f"{nfd_expiry:g} is too short: 0 (no expiry) or at least {NFD_EXPIRY_MIN:g} seconds "
+            "(nfd-worker reads the file on its own schedule; a shorter expiry drops the labels "
+            "between two rewrites)",
+        )
+    slurm_type = r.choice(export, "export", "slurm_type", "autodetect", SLURM_TYPES)
 
     log = r.section("log")
     log_format = r.choice(log, "log", "format", "auto", ("auto", "json", "console"))
@@ -327,12 +360,35 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         metrics_listen=listen or None,
         metrics_allow_remote=allow_remote,
         export_kinds=tuple(kinds),
+        export_dirs=tuple(sorted(dirs.items())),
+        nfd_expiry=nfd_expiry,
+        slurm_type=slurm_type,  # type: ignore[arg-type]
         log_format=log_format,  # type: ignore[arg-type]
         log_level=level,
         health_interval=health_interval,
         nvml_events=nvml_events,
         expect=expect,
     )
+
+
+def _directory(r: _Reader, key: str, value: object) -> str:
+    """An export directory: an absolute, normalised path (no `.`, `..`, `//` or trailing `/`),
+    as the unit's ReadWritePaths= and the Ansible role's drop-in will name it."""
+    if not isinstance(value, str):
+        raise r.err(key, f"must be a string (an absolute directory), not {value!r}")
+    if not value.startswith("/") or "\x00" in value or len(value) > 4096:
+        raise r.err(key, f"{value!r} is not an absolute path")
+    if posixpath.normpath(value) != value or value.startswith("//"):
+        raise r.err(
+            key, f"{value!r} is not a normalised path (write {posixpath.normpath(value)!r})"
+        )
+    if value == "/":
+        raise r.err(key, "'/' is the root directory, not an export directory")
+    if any(c.isspace() or not c.isprintable() or c in "\"'\\%" for c in value):
+        # The unit's ReadWritePaths= (and the role's drop-in) split on spaces and expand % and
+        # quotes (systemd.syntax(7), systemd.unit(5) specifiers): such a path cannot be named.
+        raise r.err(key, f"{value!r}: no spaces, quotes, backslashes, % or control characters")
+    return value
 
 
 def _rules(r: _Reader, value: object) -> tuple[PinRule, ...]:

@@ -4,7 +4,8 @@ Everything the agent reacts to is a readable file descriptor (udev netlink, rtne
 signal wakeup pipe, the metrics listener and its connections, an injection FIFO) or a timer
 (drift, process scan, debounce, watchdog). Callbacks run to completion on the loop thread, so
 the agent's state needs no locks. The loop sleeps in `select()` until the next fd or timer is
-due: idle means idle (DESIGN.md, Agent), with no polling tick.
+due: idle means idle, with no polling tick (an agent on every GPU node must cost nothing
+between events; docs/architecture.md).
 
 A callback that raises is logged with its name and the loop goes on: one broken event source
 must not take the node's tuning down with it. `loop_latency` is how late each timer ran,

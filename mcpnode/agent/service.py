@@ -1,6 +1,6 @@
 """`mcpnode agent`: the long-running service. One thread, one loop (loop.py).
 
-Lifecycle (DESIGN.md, Agent; issue 7):
+Lifecycle (docs/service.md and docs/architecture.md say the same for operators):
   start   config -> profile -> recover an interrupted apply -> discover -> apply the profile
           -> state file -> publish manifest + exporters -> metrics -> event sources -> READY=1
   loop    drift timer (verify; remediate or report; FlapGuard), process-scan timer (auto-pin),
@@ -38,7 +38,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,9 @@ from mcpnode.agent.sources import UDEV_CONTROL, DeviceEvent
 from mcpnode.errors import HostError, LockBusy, McpnodeError
 from mcpnode.host import FileStat, Host
 from mcpnode.placement.build import Built, build_all
+from mcpnode.placement.exporters import nfd
 from mcpnode.placement.exporters.inputs import summarize
-from mcpnode.placement.exporters.write import KINDS
+from mcpnode.placement.exporters.write import Options, render, target_path
 from mcpnode.placement.manifest import content_hash, publish
 from mcpnode.probe.section import manifest_section
 from mcpnode.topology.discover import discover
@@ -83,6 +84,15 @@ RELOAD_LOCK_WAIT_S = 1.0
 # SIGHUP handling: a storm of signals gives one reload now and at most one more per interval.
 RELOAD_MIN_INTERVAL_S = 1.0
 RELOAD_TIMEOUT_S = 5.0
+# Exporter files that describe the agent's own, live judgement of the node (labels a scheduler
+# selects on, series an alert fires on): removed when the agent stops, so a node nobody tunes
+# any more does not go on advertising `tuning-compliant=true`. The others describe hardware and
+# must survive a restart (slurmd reads gres lines at its own start; facts are read by the next
+# Ansible run).
+REMOVED_AT_STOP = ("nfd", "prom")
+# The NFD feature file is rewritten every third of its expiry: one missed rewrite (a loop
+# blocked by NVML for tens of seconds) still leaves a valid file behind.
+NFD_REFRESH_FRACTION = 1 / 3
 
 
 class ReloadTimeout(McpnodeError):
@@ -135,7 +145,8 @@ class Agent:
         self.started_at = _now()
         self.exit_code = EXIT_OK
         self._manifest_hash: str | None = None
-        self._exports: dict[str, str] = {}
+        # kind -> (logical path, text as rendered, without the nfd expiry): what was written.
+        self._exports: dict[str, tuple[str, str]] = {}
         self._drifted: frozenset[str] = frozenset()
         self._last_apply = "none"
         self._apply_error: str | None = None  # the last apply failure, logged once
@@ -654,18 +665,65 @@ class Agent:
                     nics=len(built.topology.nics),
                 )
         summary = summarize(built.audit)
+        options = Options(slurm_type=self.config.slurm_type)
         for kind in self.config.export_kinds:
-            k = KINDS[kind]
+            path = target_path(kind, self.config.export_dir(kind))
             try:
-                text = k.render(built.topology, built.placement, summary)
-                if self._exports.get(kind) == text:
+                text = render(kind, built.topology, built.placement, summary, options)
+                if self._exports.get(kind) == (path, text):
                     continue
-                self.host.write_file_atomic(k.path, text.encode(), mode=0o644)
+                self._write_export(kind, path, text)
             except McpnodeError as err:
-                self.log.error("export.failed", kind=kind, path=k.path, error=str(err))
+                self.log.error("export.failed", kind=kind, path=path, error=str(err))
                 continue
-            self._exports[kind] = text
-            self.log.info("export.written", kind=kind, path=k.path, reason=reason)
+            old = self._exports.get(kind)
+            self._exports[kind] = (path, text)
+            self.log.info("export.written", kind=kind, path=path, reason=reason)
+            if old is not None and old[0] != path:
+                self._remove_export(kind, old[0], "moved")
+
+    def _write_export(self, kind: str, path: str, text: str) -> None:
+        """Write one exporter file; the nfd file with its expiry, and the refresh scheduled.
+        Raises McpnodeError (HostError, NfdLabelError)."""
+        if kind == "nfd" and self.config.nfd_expiry:
+            expires = datetime.now(timezone.utc) + timedelta(seconds=self.config.nfd_expiry)
+            text = nfd.with_expiry(text, expires)
+            self._schedule(
+                "nfd-refresh", self.config.nfd_expiry * NFD_REFRESH_FRACTION, self._refresh_nfd
+            )
+        self.host.write_file_atomic(path, text.encode(), mode=0o644)
+
+    def _refresh_nfd(self) -> None:
+        """Rewrite the feature file with a new expiry, the labels unchanged (`_write_export`
+        schedules the next refresh). A failed write is logged and retried at the next one: the
+        labels then expire, which is what they should do when the agent cannot keep them."""
+        self._timers.pop("nfd-refresh", None)
+        written = self._exports.get("nfd")
+        if written is None or "nfd" not in self.config.export_kinds:
+            return
+        path, text = written
+        try:
+            self._write_export("nfd", path, text)
+        except McpnodeError as err:
+            self.log.error("export.failed", kind="nfd", path=path, error=str(err))
+            self._schedule(
+                "nfd-refresh", self.config.nfd_expiry * NFD_REFRESH_FRACTION, self._refresh_nfd
+            )
+            return
+        self.log.debug("export.refreshed", kind="nfd", path=path)
+
+    def _remove_export(self, kind: str, path: str, why: str) -> None:
+        """Remove an exporter file this agent wrote (stop, a kind turned off, a new directory);
+        only the kinds in REMOVED_AT_STOP. Never raises: a file that cannot be removed is
+        logged, and the nfd one still expires."""
+        if kind not in REMOVED_AT_STOP:
+            return
+        try:
+            self.host.remove(path)
+        except McpnodeError as err:
+            self.log.error("export.remove-failed", kind=kind, path=path, error=str(err))
+            return
+        self.log.info("export.removed", kind=kind, path=path, reason=why)
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -800,7 +858,17 @@ class Agent:
                 timer.cancel()
         self._schedule("drift", config.drift_interval, self._drift_tick)
         self._write_state()
-        self._exports = {k: v for k, v in self._exports.items() if k in config.export_kinds}
+        for kind, (path, _text) in list(self._exports.items()):
+            if kind not in config.export_kinds:
+                del self._exports[kind]
+                self._remove_export(kind, path, "disabled")
+        if "nfd" not in config.export_kinds or not config.nfd_expiry:
+            timer = self._timers.pop("nfd-refresh", None)
+            if timer is not None:
+                timer.cancel()
+        if config.nfd_expiry != old.nfd_expiry and "nfd" in self._exports:
+            # Same path, same labels, another expiry (or none): rewrite it at the publish below.
+            self._exports["nfd"] = (self._exports["nfd"][0], "")
         self._publish("reload")
         self.metrics.count_config_reload("ok")
         self.log.info(
@@ -861,6 +929,9 @@ class Agent:
             self.backend = None
         with contextlib.suppress(McpnodeError):
             self.host.remove(AGENT_STATE_PATH)
+        for kind, (path, _text) in self._exports.items():
+            self._remove_export(kind, path, "stopped")
+        self._exports = {}
         if self.metrics is not None:
             self.metrics.set_ready(False)
         self.notifier.close()

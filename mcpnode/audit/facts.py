@@ -31,10 +31,11 @@ class FileRead:
         return self.text is not None
 
 
-def read_file(host: Host, path: str) -> FileRead:
-    """Read `path` through Host, never raising: absence, EACCES and other errors are facts."""
+def read_file(host: Host, path: str, limit: int | None = None) -> FileRead:
+    """Read `path` through Host (at most `limit` bytes, default Host's), never raising:
+    absence, EACCES, a file over the limit and other errors are facts."""
     try:
-        text = host.read_optional(path)
+        text = host.read_optional(path, limit)
     except AccessDenied as err:
         return FileRead(path, None, denied=True, error=err.detail)
     except HostError as err:

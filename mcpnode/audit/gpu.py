@@ -1,6 +1,6 @@
 """GPU health from the NVML facts discovery already gathered (no second pass over NVML): the
 subset of DCGM's level-1 "software" diagnostic and Azure's NHC GPU checks that a snapshot can
-answer (NVIDIA DCGM diagnostics, Azure azurehpc-health-checks).
+answer (NVIDIA DCGM `dcgmi diag -r 1`; Azure/azurehpc-health-checks' GPU checks; `nvidia-smi -q`).
 
 Each per-GPU finding carries the GPU's PCI bus id as `subject`. A fact NVML did not give is a
 SKIP naming NVML's reason (NotSupported on consumer boards, NoPermission without root), never

@@ -18,17 +18,26 @@ from typing import Any
 MAX_DEPTH = 64  # kubelet configs nest 4 deep; CDI specs about 6
 MAX_ALIASES = 16  # configuration files rarely use anchors at all
 
+
 class YamlRejected(ValueError):
     """The text is not YAML within bounds; the message is one line."""
+
+
+class YamlOverBounds(YamlRejected):
+    """Valid YAML, as far as it was scanned, that is nested deeper than MAX_DEPTH or holds more
+    than MAX_ALIASES aliases: refused unread, not known to be wrong (a caller may tell the two
+    apart: "not checked" rather than "invalid")."""
 
 
 def load_bounded(text: str) -> Any:
     """One YAML document as plain data (dict, list, str, int, float, bool, None, date).
 
-    Raises YamlRejected for a syntax error, more than one document, nesting deeper than
-    MAX_DEPTH, more than MAX_ALIASES aliases, or a value the safe constructor refuses."""
-    # Imported here, not at module level: only a host with a kubelet configuration pays for
-    # PyYAML (~1 MB of the agent's resident memory, which runs the audit on every build).
+    Raises YamlRejected for a syntax error, more than one document, or a value the safe
+    constructor refuses; YamlOverBounds (a YamlRejected) for nesting deeper than MAX_DEPTH or
+    more than MAX_ALIASES aliases."""
+    # Imported here, not at module level: only a host with a kubelet configuration or a YAML
+    # CDI spec pays for PyYAML (~1 MB of the agent's resident memory; the agent runs the audit
+    # on every build).
     import yaml
 
     # libyaml's parser when PyYAML was built with it (Debian's python3-yaml and the PyPI wheels
@@ -41,7 +50,7 @@ def load_bounded(text: str) -> Any:
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise YamlRejected(
+                    raise YamlOverBounds(
                         f"nested deeper than {MAX_DEPTH} levels{_where(event.start_mark)}"
                     )
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
@@ -49,7 +58,7 @@ def load_bounded(text: str) -> Any:
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_ALIASES:
-                    raise YamlRejected(
+                    raise YamlOverBounds(
                         f"more than {MAX_ALIASES} aliases (an alias bomb?)"
                         f"{_where(event.start_mark)}"
                     )

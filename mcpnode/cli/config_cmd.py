@@ -3,8 +3,11 @@
 
 `check` is what Ansible's `validate: mcpnode config check %s` runs on its temporary copy before
 the file replaces /etc/mcpnode/mcpnode.toml: exit 0 valid, 65 (EX_DATAERR) invalid, 66
-(EX_NOINPUT) missing or unreadable. An explicit FILE is a path on this machine (relative to the
-working directory); `--root` says where the profiles it names are looked up, as for `apply`.
+(EX_NOINPUT) missing or unreadable. FILE is resolved under `--root`, as the agent's `--config`
+is: `config check --root node.tar.gz /etc/mcpnode/mcpnode.toml` checks the snapshot's file
+against the snapshot's profiles. With the default root `/` a relative FILE is taken from the
+working directory. `--host-file` takes FILE from this machine whatever `--root` is (Ansible's
+temporary copy, checked against the profiles of a root being provisioned).
 
 main.py registers this group (`cli.add_command(config)`) and so imports this module: importing
 main.py back at import time would be circular, hence the local --root/--profiles-dir options
@@ -13,15 +16,19 @@ main.py back at import time would be circular, hence the local --root/--profiles
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from mcpnode.cli.options import profiles_dir_option, root_option
+from mcpnode.cli.options import F, profiles_dir_option, root_option
 
 if TYPE_CHECKING:
-    from mcpnode.agent.config import AgentConfig, PinRule
+    from mcpnode.agent.config import AgentConfig, ConfigError, PinRule
+
+CHECK_SCHEMA = "mcpnode.config-check/v1"
+CONFIG_SCHEMA = "mcpnode.config/v1"
 
 
 @click.group("config")
@@ -29,24 +36,52 @@ def config() -> None:
     """The agent's configuration file, /etc/mcpnode/mcpnode.toml (docs/config.md)."""
 
 
-def _load(file: str | None, root: str) -> AgentConfig:
-    """FILE from this machine (relative to the working directory), or, without FILE, the
-    configuration under --root. Raises ConfigError / ConfigUnreadable."""
-    from mcpnode.agent.config import CONFIG_PATH, load_config
-    from mcpnode.host import Host
+def config_path(file: str | None, root: str, host_file: bool) -> tuple[str, str]:
+    """(the root FILE is read under, FILE's logical path there). Without FILE: the agent's
+    configuration under --root. A relative FILE is from the working directory when it is read
+    from this machine (root `/`, or --host-file), else from the root's top."""
+    from mcpnode.agent.config import CONFIG_PATH
 
     if file is None:
-        with Host(root) as host:
-            return load_config(host, CONFIG_PATH)
-    with Host("/") as live:
-        return load_config(live, str(Path(file).absolute()))
+        return root, CONFIG_PATH
+    if host_file or Path(root) == Path("/"):
+        return "/", str(Path(file).absolute())
+    return root, "/" + file.lstrip("/")
 
 
-def _fail(ctx: click.Context, err: Exception) -> NoReturn:
-    """Report a ConfigError the way `check` promises: one line, EX_NOINPUT or EX_DATAERR."""
+def _load(file: str | None, root: str, host_file: bool = False) -> AgentConfig:
+    """The configuration FILE names (config_path). Raises ConfigError / ConfigUnreadable, and
+    RootError for a root that cannot be used."""
+    from mcpnode.agent.config import load_config
+    from mcpnode.host import Host
+
+    where, path = config_path(file, root, host_file)
+    with Host(where) as host:
+        return load_config(host, path)
+
+
+def host_file_option(fn: F) -> F:
+    return click.option(
+        "--host-file",
+        is_flag=True,
+        help="FILE is a path on this machine, not under --root (Ansible's validate: copy).",
+    )(fn)
+
+
+def format_option(fn: F) -> F:
+    return click.option(
+        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    )(fn)
+
+
+def _fail(ctx: click.Context, err: ConfigError, fmt: str = "text") -> NoReturn:
+    """Report a ConfigError the way `check` promises: one line, EX_NOINPUT or EX_DATAERR (and
+    with --format json, the same as a document on stdout)."""
     from mcpnode.agent.config import ConfigUnreadable
     from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
 
+    if fmt == "json":
+        click.echo(check_json(None, err), nl=False)
     click.echo(f"mcpnode: config: {err}", err=True)
     # EXIT_NO_PROCESS is EX_NOINPUT (66): here, the input file is missing or unreadable.
     ctx.exit(EXIT_NO_PROCESS if isinstance(err, ConfigUnreadable) else EXIT_DATAERR)
@@ -55,37 +90,49 @@ def _fail(ctx: click.Context, err: Exception) -> NoReturn:
 @config.command("check")
 @click.argument("file", type=click.Path(path_type=str))
 @root_option
+@host_file_option
 @profiles_dir_option
+@format_option
 @click.pass_context
-def check(ctx: click.Context, file: str, root: str, profiles_dir: Path | None) -> None:
-    """Validate FILE as the agent would (the profile it names included): exit 0 valid,
-    65 invalid, 66 missing or unreadable. For Ansible: `validate: mcpnode config check %s`."""
+def check(
+    ctx: click.Context,
+    file: str,
+    root: str,
+    host_file: bool,
+    profiles_dir: Path | None,
+    fmt: str,
+) -> None:
+    """Validate FILE (under --root, as the agent reads --config) as the agent would, the
+    profile it names included: exit 0 valid, 65 invalid, 66 missing or unreadable. For
+    Ansible: `validate: mcpnode config check --root R --host-file %s`."""
     from mcpnode.agent.config import ConfigError, check_profile
     from mcpnode.host import Host
 
     try:
-        cfg = _load(file, root)
+        cfg = _load(file, root, host_file)
         with Host(root) as host:
             check_profile(cfg, host, profiles_dir)
     except ConfigError as err:
-        _fail(ctx, err)
-    click.echo(summary_line(cfg))
+        _fail(ctx, err, fmt)
+    click.echo(check_json(cfg, None) if fmt == "json" else summary_line(cfg), nl=fmt != "json")
 
 
 @config.command("show")
 @click.argument("file", required=False, type=click.Path(path_type=str))
 @root_option
+@host_file_option
+@format_option
 @click.pass_context
-def show(ctx: click.Context, file: str | None, root: str) -> None:
-    """Print the effective configuration as TOML: every key, defaults filled in. FILE defaults
-    to /etc/mcpnode/mcpnode.toml under --root."""
+def show(ctx: click.Context, file: str | None, root: str, host_file: bool, fmt: str) -> None:
+    """Print the effective configuration as TOML (or JSON): every key, defaults filled in.
+    FILE is resolved under --root and defaults to /etc/mcpnode/mcpnode.toml there."""
     from mcpnode.agent.config import ConfigError
 
     try:
-        cfg = _load(file, root)
+        cfg = _load(file, root, host_file)
     except ConfigError as err:
         _fail(ctx, err)
-    click.echo(as_toml(cfg), nl=False)
+    click.echo(show_json(cfg) if fmt == "json" else as_toml(cfg), nl=False)
 
 
 # -- rendering (pure) -------------------------------------------------------------------------
@@ -195,6 +242,9 @@ def as_toml(cfg: AgentConfig) -> str:
         "",
         "[export]",
         f"kinds = [{kinds}]",
+        *(f"{kind}_dir = {_string(d)}" for kind, d in cfg.export_dirs),
+        f"nfd_expiry = {_number(cfg.nfd_expiry)}",
+        f"slurm_type = {_string(cfg.slurm_type)}",
         "",
         "[log]",
         f"format = {_string(cfg.log_format)}",
@@ -209,3 +259,83 @@ def as_toml(cfg: AgentConfig) -> str:
 
         lines += ["", *expect_lines(cfg.expect)]
     return "\n".join(lines) + "\n"
+
+
+def as_dict(cfg: AgentConfig) -> dict[str, dict[str, Any]]:
+    """The effective configuration as the file's sections and keys, every key: what `as_toml`
+    writes, as data (`config show --format json`)."""
+    rules = [
+        {
+            "name": r.name,
+            **({"exe": r.exe} if r.exe is not None else {}),
+            **({"cmdline": r.cmdline.pattern} if r.cmdline is not None else {}),
+            **({"unit": r.unit} if r.unit is not None else {}),
+        }
+        for r in cfg.pin_rules
+    ]
+    return {
+        "tuning": {"profile": cfg.profile, "persist": cfg.persist, "rollback": cfg.rollback},
+        "drift": {
+            "interval": cfg.drift_interval,
+            "mode": cfg.drift_mode,
+            "max_remediations": cfg.max_remediations,
+            "window": cfg.flap_window,
+        },
+        "devices": {"debounce": cfg.debounce, "udev_source": cfg.udev_source},
+        "placement": {"housekeeping": cfg.housekeeping},
+        "autopin": {
+            "enabled": cfg.autopin,
+            "interval": cfg.pin_interval,
+            "scope": cfg.pin_scope,
+            "rule": rules,
+        },
+        "metrics": {"listen": cfg.metrics_listen or "", "allow_remote": cfg.metrics_allow_remote},
+        "export": {
+            "kinds": list(cfg.export_kinds),
+            **{f"{kind}_dir": d for kind, d in cfg.export_dirs},
+            "nfd_expiry": cfg.nfd_expiry,
+            "slurm_type": cfg.slurm_type,
+        },
+        "log": {"format": cfg.log_format, "level": cfg.log_level},
+        "health": {"interval": cfg.health_interval, "nvml_events": cfg.nvml_events},
+        **({} if cfg.expect is None else {"expect": _expect_dict(cfg)}),
+    }
+
+
+def _expect_dict(cfg: AgentConfig) -> dict[str, Any]:
+    """`[expect]` as data: read back from the very lines `as_toml` writes, so the two agree."""
+    from mcpnode.audit.expect import expect_lines
+    from mcpnode.tuning import tomlsafe
+
+    assert cfg.expect is not None
+    table: dict[str, Any] = tomlsafe.loads("\n".join(expect_lines(cfg.expect)) + "\n")["expect"]
+    return table
+
+
+def show_json(cfg: AgentConfig) -> str:
+    doc = {"schema": CONFIG_SCHEMA, "file": cfg.file, "config": as_dict(cfg)}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def check_json(cfg: AgentConfig | None, err: ConfigError | None) -> str:
+    """`config check --format json`: valid (with the summary's facts) or the error, as data."""
+    if cfg is not None:
+        doc: dict[str, Any] = {
+            "schema": CHECK_SCHEMA,
+            "file": cfg.file,
+            "valid": True,
+            "profile": cfg.profile,
+            "summary": summary_line(cfg),
+            "error": None,
+        }
+    else:
+        assert err is not None
+        doc = {
+            "schema": CHECK_SCHEMA,
+            "file": err.file,
+            "valid": False,
+            "profile": None,
+            "summary": None,
+            "error": {"key": err.key, "detail": err.detail, "message": str(err)},
+        }
+    return json.dumps(doc, indent=2) + "\n"

@@ -141,7 +141,9 @@ def main() -> None:
 
         try:
             text = _fast(argv)
-        except (RootError, HostError, OSError) as err:  # as cli/main.py's main() says them
+        except RootError as err:  # as cli/main.py's main() says them: the option, one line
+            _fail(f"mcpnode: --root {' '.join(str(err).split())}")
+        except (HostError, OSError) as err:
             _fail(f"mcpnode: {err}")
         except McpnodeError as err:
             _fail(f"mcpnode: {type(err).__name__}: {err}")

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mcpnode import __version__
-from mcpnode.cli.options import F, profiles_dir_option, root_option, state_dir_option
+from mcpnode.cli.color import color_option, stdout_color
+from mcpnode.cli.options import (
+    F,
+    OutputDirMissing,
+    check_output_dir,
+    profiles_dir_option,
+    root_option,
+    state_dir_option,
+)
 from mcpnode.errors import (
     CommandNotFound,
     HostError,
@@ -50,8 +58,10 @@ from mcpnode.cli.exitcodes import (
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mcpnode")
-def cli() -> None:
+@color_option
+def cli(color: str | None) -> None:
     """Node agent for GPU inference hosts: discover, tune, audit, place."""
+    del color  # read by the commands that colour (cli/color.py)
 
 
 @cli.command()
@@ -113,18 +123,27 @@ def gpus(root: str, fmt: str) -> None:
     "--output",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
+    callback=check_output_dir,
     help="Tarball to write (.tar.gz or .tar.bz2).",
 )
 @click.option(
     "--probe", "with_probe", is_flag=True, help="Also record a probe run (uses the GPUs)."
 )
-def snapshot(root: str, output: Path, with_probe: bool) -> None:
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def snapshot(root: str, output: Path, with_probe: bool, fmt: str) -> None:
     """Capture exactly the files discovery reads into a tarball usable as --root."""
     from mcpnode.host import Host
     from mcpnode.snapshot import write_snapshot
 
     with Host(root) as host:
         result = write_snapshot(host, output, probe=with_probe)
+    if fmt == "json":
+        from mcpnode.cli.render_json import snapshot_json
+
+        click.echo(snapshot_json(result), nl=False)
+        return
     click.echo(
         f"wrote {result.path}: {result.files} files, {result.links} symlinks, "
         f"{result.dirs} directories; {len(result.topology.gpus)} GPUs, "
@@ -391,6 +410,7 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
+    callback=check_output_dir,
     help="Write the report to FILE (atomically) instead of stdout.",
 )
 @click.option("--only", multiple=True, metavar="GLOB", help="Only finding ids matching (repeat).")
@@ -418,6 +438,7 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     is_flag=True,
     help="Add the probe.* checks: measure (uses the GPUs), or replay a snapshot's probe run.",
 )
+@color_option
 @click.pass_context
 def audit(
     ctx: click.Context,
@@ -431,6 +452,7 @@ def audit(
     profile_name: str | None,
     profiles_dir: Path | None,
     with_probe: bool,
+    color: str | None,
 ) -> None:
     """Preflight: cgroups, kernel modules, GPU health (XIDs, throttling, NVLink), PCIe and
     InfiniBand health, P2P/ACS, NUMA, tuning, container stack, expected inventory.
@@ -450,6 +472,8 @@ def audit(
         with Host("/") as live:
             expect = load_expect_file(live, str(expect_file.absolute()))
     with Host(root) as host:
+        if profile_name is not None:
+            _require_profile(host, profile_name, profiles_dir)
         report = run_audit(
             host,
             only=only,
@@ -464,10 +488,24 @@ def audit(
         render_audit.write_atomic(output, render_audit.render(report, fmt, strict=strict))
         click.echo(render_audit.summary_line(report, strict), err=True)
     else:
-        color = fmt == "text" and sys.stdout.isatty()
-        click.echo(render_audit.render(report, fmt, color, strict), nl=False, color=color)
+        colored = fmt == "text" and stdout_color(ctx, color)
+        click.echo(render_audit.render(report, fmt, colored, strict), nl=False, color=colored)
     if render_audit.failed(report, strict):
         ctx.exit(EXIT_FINDINGS)
+
+
+def _require_profile(host: Host, name: str, profiles_dir: Path | None) -> None:
+    """Raise ProfileNotFound (exit 64) when no profile is called `name`: a name typed on the
+    command line. A profile that exists but does not load is the audit's to report (a FAIL)."""
+    from mcpnode.tuning.errors import ProfileError, ProfileNotFound
+    from mcpnode.tuning.profile import load_profile
+
+    try:
+        load_profile(name, host, profiles_dir)
+    except ProfileNotFound:
+        raise
+    except ProfileError:
+        pass
 
 
 # -- manifest ---------------------------------------------------------------------------------
@@ -569,17 +607,46 @@ def manifest_show(
     metavar="first-core|none|CPULIST",
     help="CPUs kept out of every GPU's exclusive slice.",
 )
+@click.option(
+    "--slurm-type",
+    type=click.Choice(["autodetect", "short"]),
+    default="autodetect",
+    show_default=True,
+    help="slurm: Type= as AutoDetect=nvml spells it (nvidia_h100_80gb_hbm3), or short (h100).",
+)
+@click.option(
+    "--expiry",
+    "expiry_s",
+    type=click.FloatRange(60, 7 * 86400),
+    default=None,
+    metavar="SECONDS",
+    help="nfd: NFD drops the labels this long after the export (# +expiry-time=); "
+    "for a cron job, a few times its interval. Default: no expiry.",
+)
 def export(
-    kind: str, root: str, directory: str | None, to_stdout: bool, no_audit: bool, housekeeping: str
+    kind: str,
+    root: str,
+    directory: str | None,
+    to_stdout: bool,
+    no_audit: bool,
+    housekeeping: str,
+    slurm_type: str,
+    expiry_s: float | None,
 ) -> None:
     """Write the Kubernetes NFD feature file (nfd), node_exporter textfile (prom), Slurm
     gres.conf lines (slurm) or Ansible local facts (ansible), atomically, mode 0644."""
     from mcpnode.host import Host
-    from mcpnode.placement.exporters.write import build, write
+    from mcpnode.placement.exporters.write import Options, build, write
 
+    options = Options("short" if slurm_type == "short" else "autodetect", expiry_s)
     with Host(root) as host:
         result = build(
-            host, kind, audit=not no_audit, directory=directory, housekeeping=housekeeping
+            host,
+            kind,
+            audit=not no_audit,
+            directory=directory,
+            housekeeping=housekeeping,
+            options=options,
         )
         if not to_stdout:
             write(host, result)
@@ -644,6 +711,14 @@ def _target(root: str, selector: str, scope: str, membind: bool, housekeeping: s
 )
 @placement_options
 @click.option("--dry-run", is_flag=True, help="Print what would be done; run nothing.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Of --dry-run's output (without it, exec replaces this process and prints nothing).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_command(
     root: str,
@@ -652,6 +727,7 @@ def exec_command(
     membind: bool,
     housekeeping: str,
     dry_run: bool,
+    fmt: str,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (no shell) on the GPU's CPUs, memory node and environment:
@@ -663,11 +739,15 @@ def exec_command(
     from mcpnode.host import Host
     from mcpnode.placement.apply import plan_exec, run_exec
 
+    if fmt == "json" and not dry_run:
+        raise UsageError("--format json needs --dry-run: exec replaces this process")
     target = _target(root, selector, scope, membind, housekeeping)
     live = Host("/")
     plan = plan_exec(live, target, command, os.environ, dry_run=dry_run)
     if dry_run:
-        click.echo(render_exec.exec_text(plan), nl=False)
+        from mcpnode.cli.render_json import exec_json
+
+        click.echo(exec_json(plan) if fmt == "json" else render_exec.exec_text(plan), nl=False)
         return
     run_exec(live, plan, os.environ)
 
@@ -676,8 +756,16 @@ def exec_command(
 @click.argument("pid", type=int)
 @placement_options
 @click.option("--force", is_flag=True, help="Re-pin a process someone else already narrowed.")
+@format_option
 def pin(
-    pid: int, root: str, selector: str, scope: str, membind: bool, housekeeping: str, force: bool
+    pid: int,
+    root: str,
+    selector: str,
+    scope: str,
+    membind: bool,
+    housekeeping: str,
+    force: bool,
+    fmt: str,
 ) -> None:
     """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
     Refuses kernel threads, and processes already narrowed by someone else unless --force."""
@@ -687,6 +775,11 @@ def pin(
 
     target = _target(root, selector, scope, membind, housekeeping)
     result = pin_process(Host("/"), pid, target, force=force)
+    if fmt == "json":
+        from mcpnode.cli.render_json import pin_json
+
+        click.echo(pin_json(result), nl=False)
+        return
     click.echo(render_exec.pin_text(result), nl=False)
 
 
@@ -696,6 +789,7 @@ def pin(
 @click.option(
     "--write", "do_write", is_flag=True, help="Write the drop-in under --root (atomically)."
 )
+@format_option
 def systemd_dropin(
     root: str,
     selector: str,
@@ -704,6 +798,7 @@ def systemd_dropin(
     housekeeping: str,
     unit: str,
     do_write: bool,
+    fmt: str,
 ) -> None:
     """Print (or --write) etc/systemd/system/NAME.service.d/50-mcpnode-placement.conf:
     CPUAffinity=, NUMAPolicy=, NUMAMask= and Environment= for the GPU's placement."""
@@ -713,12 +808,17 @@ def systemd_dropin(
     name = systemd.unit_name(unit)
     target = _target(root, selector, scope, membind, housekeeping)
     text = systemd.render_dropin(name, target)
-    if not do_write:
+    path = systemd.dropin_path(name)
+    if do_write:
+        with Host(root) as host:
+            path = systemd.write_dropin(host, name, text)
+        click.echo(f"wrote {path}; run `systemctl daemon-reload` and restart {name}", err=True)
+    if fmt == "json":
+        from mcpnode.cli.render_json import dropin_json
+
+        click.echo(dropin_json(name, path, text, target, written=do_write), nl=False)
+    elif not do_write:
         click.echo(text, nl=False)
-        return
-    with Host(root) as host:
-        path = systemd.write_dropin(host, name, text)
-    click.echo(f"wrote {path}; run `systemctl daemon-reload` and restart {name}", err=True)
 
 
 @cli.command()
@@ -789,7 +889,12 @@ def main(argv: list[str] | None = None) -> None:
     except LockBusy as err:
         click.echo(f"mcpnode: state lock busy: {err}", err=True)
         sys.exit(EXIT_LOCKED)
-    except (RootError, HostError) as err:
+    except RootError as err:
+        # Only the machine root raises it (a directory, a snapshot tarball): name the option,
+        # and keep it one line (tarfile's error lists every compression it tried, a line each).
+        click.echo(f"mcpnode: --root {' '.join(str(err).split())}", err=True)
+        sys.exit(EXIT_ERROR)
+    except (HostError, OutputDirMissing) as err:
         click.echo(f"mcpnode: {err}", err=True)
         sys.exit(EXIT_ERROR)
     except (ManifestError, ProbeDataError) as err:
@@ -799,6 +904,12 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"mcpnode: probe: {err}", err=True)
         sys.exit(EXIT_ERROR)
     except McpnodeError as err:
+        from mcpnode.tuning.errors import ProfileNotFound  # not at import: --help stays fast
+
+        if isinstance(err, ProfileNotFound):
+            # A name the user typed (--profile, profiles show): a usage error, in one line.
+            click.echo(f"mcpnode: unknown profile {err.name!r} ({err.where})", err=True)
+            sys.exit(EXIT_USAGE)
         click.echo(f"mcpnode: {type(err).__name__}: {err}", err=True)
         sys.exit(EXIT_ERROR)
     except OSError as err:

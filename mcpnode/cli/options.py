@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
+from mcpnode.errors import McpnodeError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -50,3 +52,27 @@ state_dir_option = _dir_option(
     "state_dir",
     "Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
 )
+
+
+class OutputDirMissing(McpnodeError):
+    """The directory an output file (`-o FILE`) should go into does not exist, or is not a
+    directory. The command cannot do its job: exit 2, as for any file it cannot write (the
+    audit's 0/1/2 contract), in one line."""
+
+
+def check_output_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """click callback of an output-file option (`-o FILE`): the directory FILE goes into must
+    exist, else OutputDirMissing before any work is done, rather than an OSError naming the
+    temporary file the atomic write would have used."""
+    del ctx
+    if value is None:
+        return None
+    from mcpnode.host import Host
+
+    parent = Path(value).absolute().parent
+    flag = max(param.opts, key=len) if param.opts else "FILE"  # --output, whichever was typed
+    with Host("/") as live:
+        if not live.is_dir(str(parent)):
+            what = "is not a directory" if live.exists(str(parent)) else "does not exist"
+            raise OutputDirMissing(f"{flag} {value}: the directory {parent} {what}")
+    return value

@@ -1,6 +1,6 @@
 """Where each GPU's work should run: CPUs, memory node, NICs and launcher environment.
 
-Pure: takes a Topology, reads nothing. The rules (issue 6, DESIGN.md "Manifest and placement"):
+Pure: takes a Topology, reads nothing. The rules (docs/placement.md explains them for users):
 
 * **Local CPUs** of a GPU: its NUMA node's CPUs; the device's `local_cpulist` when the node is
   unknown (VMs, `numa_node` = -1).

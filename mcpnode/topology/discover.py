@@ -116,7 +116,7 @@ def merge_nvml(
     Chain for a GPU: sysfs own `numa_node` -> nearest ancestor -> NVML memory affinity -> NVML
     CPU affinity mapped to nodes -> the sysfs guesses (root complex, local CPUs) -> unknown.
     NVML's CPU affinity is the driver's view of the same locality nvidia-smi prints, but it is
-    clipped to this process's cpuset (../shared/reference/gpu-affinity-peers.md, pitfall 1),
+    clipped to this process's cpuset (rapidsai/dask-cuda#1358, nvidia-cosmos/cosmos-predict1#11),
     hence it ranks below the memory affinity.
     """
     if not nvml.available:

@@ -20,7 +20,9 @@ a row of tests/test_distance.py):
 
 NVLink (`NV#`) replaces the GPU-GPU cell when NVML reports links; that happens a layer above.
 NVIDIA documents the buckets only by their Legend text; the mapping above reproduces every
-PCIe cell of the real outputs in ../shared/nvidia-topo/ on the fixtures modelled on them.
+PCIe cell of real `nvidia-smi topo -m` outputs (tests/fixtures/nvidia-smi/: DGX A100, HGX
+H100 with 8 NICs, 4x L40S on two sockets, a one-GPU H100 PCIe VM) on the fixtures modelled on
+them (tests/fixtures/hosts/).
 """
 
 from __future__ import annotations

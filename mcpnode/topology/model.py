@@ -296,7 +296,8 @@ class ProcessCpus:
     """What *this process* may use, distinct from any device's locality.
 
     nvidia-smi intersects a GPU's affinity with the caller's cpuset and prints an empty cell
-    inside a 1-CPU Slurm job (seen on an 8-GPU H200 node under a Slurm cgroup); mcpnode
+    inside a 1-CPU Slurm job (the cell is NVML's affinity, which is clipped to the caller's
+    cpuset: rapidsai/dask-cuda#1358, nvidia-cosmos/cosmos-predict1#11); mcpnode
     reports locality from sysfs and this separately.
     """
 

@@ -5,7 +5,7 @@ Every NVML call goes through `GpuBackend.call(fn, *args)`: `fn` is the NVML func
 `args` are plain ints (device index first, then link / scope / counter arguments), and the
 answer is JSON-ready (int, str, list, dict). That one choke point is what makes recording exact:
 the live backend turns handles, ctypes arrays and structs into plain values there, and turns
-every pynvml exception into a typed `NvmlError` there (reference: ../shared/reference/nvml-api.md).
+every pynvml exception into a typed `NvmlError` there (docs/nvml.md: each call and how it fails).
 """
 
 from __future__ import annotations

@@ -26,6 +26,17 @@ class ProfileError(McpnodeError):
         self.detail = detail
 
 
+class ProfileNotFound(ProfileError):
+    """No profile has the name asked for (on the command line or in the agent's configuration):
+    a usage error, not a broken file. `name` is the name, `available` the profiles there are."""
+
+    def __init__(self, name: str, available: tuple[str, ...], searched: str) -> None:
+        self.where = f"profiles: {', '.join(available) or 'none'}; searched {searched}"
+        super().__init__(f"{name}.toml", None, f"no profile named {name!r} ({self.where})")
+        self.name = name
+        self.available = available
+
+
 class JournalError(McpnodeError):
     """The tuning journal exists but cannot be read or trusted. Never treated as empty: the
     originals it holds are the only way back, so apply and rollback stop until a person looks."""

@@ -1,7 +1,8 @@
 """What `mcpnode profiles explain KEY` knows about a key beyond the profiles' own comments.
 
-Kernel defaults and scopes are those recorded in ../shared/reference/host-facts.md (§2, observed
-on 6.18 unless stated); they are hints for people, never used to decide a write.
+Kernel defaults and scopes are the upstream kernel's (Documentation/admin-guide/sysctl/,
+Documentation/networking/ip-sysctl.rst) as observed on 6.18 unless stated, the per-netns ones
+with `unshare -n` (docs/tuning.md); they are hints for people, never used to decide a write.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ FACTS: dict[str, KeyFacts] = {
 }
 
 # net.* sysctls that exist only in the initial network namespace (absent in a child netns),
-# and those visible but read-only there (they mirror init_net). host-facts.md §2.2 [emp].
+# and those visible but read-only there (they mirror init_net): observed on 6.18 with
+# `unshare -n` (docs/tuning.md, network namespaces).
 NET_GLOBAL_PREFIXES = (
     "net.core.default_qdisc",
     "net.core.netdev_max_backlog",

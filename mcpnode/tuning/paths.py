@@ -30,7 +30,8 @@ JOURNAL_PATH = "/var/lib/mcpnode/tuning-journal.json"
 PERSIST_PATH = "/etc/sysctl.d/90-mcpnode.conf"
 
 # Sysctl names as profiles may write them: dot-separated segments of [a-z0-9_-], so `..`,
-# `/`, NUL and absolute paths cannot be expressed (DESIGN.md, Tuning).
+# `/`, NUL and absolute paths cannot be expressed: a key resolves strictly under /proc/sys
+# (docs/tuning.md).
 _SEGMENT = re.compile(r"[a-z0-9_-]+\Z", re.ASCII)
 MAX_KEY_LEN = 255
 MODULE_NAME = re.compile(r"[a-z0-9_-]{1,64}\Z", re.ASCII)

@@ -2,7 +2,7 @@
 capability set are read by state.py from /proc/self/status (through Host, so a fake root can
 say "no capabilities").
 
-Facts (../shared/reference/host-facts.md §5.2-5.3, measured on 6.18):
+Facts (measured on Linux 6.18 with setpriv-reduced capability sets; docs/service.md, Privileges):
 - /proc/sys uses its own permission check, `test_perm()` in fs/proc/proc_sysctl.c: the owner
   bits apply only to euid 0, and CAP_DAC_OVERRIDE does not help. So sysctls need euid 0...
 - ...except `net.*`, where CAP_NET_ADMIN holders get root's bits (`net_ctl_permissions`).

@@ -56,7 +56,7 @@ from typing import Any, Literal
 from mcpnode.errors import HostError, RootError
 from mcpnode.host import Host
 from mcpnode.tuning import keytypes, paths, tomlsafe
-from mcpnode.tuning.errors import ProfileError
+from mcpnode.tuning.errors import ProfileError, ProfileNotFound
 from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
 
@@ -453,7 +453,7 @@ class _Catalog:
         if source is None:
             where = ", ".join(self.searched) or "nowhere"
             if wanted_by is None:
-                raise _err(f"{name}.toml", None, f"no profile named {name!r} (searched {where})")
+                raise ProfileNotFound(name, tuple(sorted(self.sources)), where)
             raise _err(
                 wanted_by,
                 "include",

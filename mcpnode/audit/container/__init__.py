@@ -3,7 +3,8 @@
 
 `collect` reads everything through Host (files, directory listings, symlinks, the components'
 `--version` output, live or replayed from a snapshot's `commands`); `check` is pure. The facts
-are parsed by `version.py`, `config.py` and `cdi_yaml.py` beside this file; the checks live in
+are parsed by `version.py` and `config.py` beside this file (CDI's YAML with PyYAML's safe loader
+inside audit/yaml_bounded.py's bounds); the checks live in
 `toolkit.py`, `runtime.py` and `cdi.py`, one file per concern.
 
 Findings (ids stable):
@@ -62,6 +63,7 @@ from mcpnode.audit.container.facts import (
     DOCKER_CONFIG,
     DOCKER_INFO,
     KUBELET_CONFIG,
+    MAX_CDI_BYTES,
     MAX_IMPORTS,
     RUNTIME,
     TOOLKIT_CONFIG,
@@ -111,7 +113,7 @@ def collect(host: Host, ctx: AuditContext) -> ContainerFacts:
         for name in names or ():
             if name.endswith(CDI_SUFFIXES):
                 parser = _cdi_json if name.endswith(".json") else _cdi_yaml
-                cdi.append(_parse(read_file(host, f"{d}/{name}"), parser))
+                cdi.append(_parse(read_file(host, f"{d}/{name}", MAX_CDI_BYTES), parser))
     dev_nodes, dev_char = _collect_dev(host)
     return ContainerFacts(
         ctk=host.command(CTK),

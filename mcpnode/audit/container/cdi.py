@@ -111,8 +111,8 @@ def _spec(parsed: Parsed[CdiSpec], ctx: AuditContext) -> Finding:
                 Status.WARN,
                 f"{path} not checked: {parsed.error}",
                 ev,
-                "Check it with `nvidia-ctk cdi list`; mcpnode reads the YAML nvidia-ctk and "
-                "the Kubernetes plugins write",
+                "Check it with `nvidia-ctk cdi list`; mcpnode refuses YAML nested deeper or "
+                "with more aliases than any generated spec has (mcpnode/audit/yaml_bounded.py)",
                 path,
             )
         return Finding(

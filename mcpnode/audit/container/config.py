@@ -5,7 +5,7 @@ Each parser takes a file's text and returns what the audit needs from it, or rai
 `container.py` reads the files through Host and calls these.
 
 Where the keys live, from the toolkit's own writer (`nvidia-ctk runtime configure`,
-`cmd/nvidia-ctk/runtime/configure/configure.go`) and host-facts.md section 3.1:
+`cmd/nvidia-ctk/runtime/configure/configure.go`, read at each tag from 1.17 to 1.20):
 
 - docker `/etc/docker/daemon.json`: `runtimes.nvidia.path`, `default-runtime`,
   `features.cdi`, `exec-opts` (`native.cgroupdriver=...`);
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mcpnode.audit.container.cdi_yaml import YamlError, YamlUnsupported, parse_yaml
+from mcpnode.audit.yaml_bounded import YamlOverBounds, YamlRejected, load_bounded
 from mcpnode.tuning import tomlsafe
 
 NVIDIA_RUNTIME = "nvidia"
@@ -37,7 +37,8 @@ TOOLKIT_MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
 
 class ConfigError(ValueError):
     """A configuration file that cannot be read as what it claims to be. `unsupported` is True
-    when the text is valid but outside what mcpnode's YAML reader handles."""
+    when the text was refused unread by a bound (YAML nested too deep, too many aliases), not
+    found invalid."""
 
     def __init__(self, message: str, unsupported: bool = False) -> None:
         super().__init__(message)
@@ -291,14 +292,19 @@ def parse_cdi_spec(text: str, is_json: bool) -> CdiSpec:
     """A CDI spec file. Raises ConfigError when it does not parse, or lacks what the CDI
     registry requires (`cdiVersion`, a `vendor/class` kind, devices with string names):
     the registry refuses such a spec, and no device of it can be injected."""
-    try:
-        doc = _json(text) if is_json else parse_yaml(text)
-    except RecursionError:
-        raise ConfigError("not valid YAML: nested too deeply to parse") from None
-    except YamlUnsupported as err:
-        raise ConfigError(f"YAML outside what mcpnode reads: {err}", unsupported=True) from err
-    except (YamlError, ValueError) as err:
-        raise ConfigError(f"not valid {'JSON' if is_json else 'YAML'}: {err}") from err
+    if is_json:
+        doc = _json(text)
+    else:
+        # PyYAML's safe loader inside audit/yaml_bounded.py's depth and alias bounds; the text
+        # itself is capped by the read (container/__init__.py, MAX_CDI_BYTES). Its YAML 1.1
+        # scalars are what the CDI registry's decoder (sigs.k8s.io/yaml over go-yaml) sees too:
+        # an unquoted `name: 0` or `cdiVersion: 0.5` is a number there and fails below.
+        try:
+            doc = load_bounded(text)
+        except YamlOverBounds as err:
+            raise ConfigError(f"not checked: {err}", unsupported=True) from err
+        except YamlRejected as err:
+            raise ConfigError(f"not valid YAML: {err}") from err
     if not isinstance(doc, dict):
         raise ConfigError("not a mapping at the top level")
     version = doc.get("cdiVersion")

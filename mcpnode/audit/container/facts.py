@@ -24,7 +24,8 @@ TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 DOCKER_CONFIG = "/etc/docker/daemon.json"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 # nvidia-ctk writes its containerd drop-in to conf.d since 1.18.1 and wrote to config.d in
-# 1.18.0 (host-facts.md 3.1); containerd reads either only through `imports`.
+# 1.18.0 (cmd/nvidia-ctk/runtime/configure/configure.go at each tag; release notes 1.18.1);
+# containerd reads either only through `imports`.
 CONTAINERD_DROPIN_DIRS = ("/etc/containerd/conf.d", "/etc/containerd/config.d")
 CRIO_CONFIG = "/etc/crio/crio.conf"
 CRIO_DROPIN_DIR = "/etc/crio/crio.conf.d"
@@ -37,6 +38,10 @@ DOCKER_INFO = ("docker", "info", "--format", "{{json .}}")
 # Where kubeadm writes the KubeletConfiguration (kubeadm's --config for the kubelet)
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 CDI_SUFFIXES = (".yaml", ".json")  # the registry reads only these
+# `nvidia-ctk cdi generate` writes ~10 KiB for 8 GPUs (each device a few hundred bytes, the
+# shared containerEdits the rest); MIG devices add as much again per instance. 4 MiB is far
+# above any real spec and bounds what the YAML parser is handed.
+MAX_CDI_BYTES = 4 << 20
 DEV = "/dev"
 DEV_CHAR = "/dev/char"
 
@@ -53,7 +58,7 @@ class Parsed(Generic[T]):
     read: FileRead
     value: T | None = None
     error: str | None = None  # ConfigError message
-    unsupported: bool = False  # valid, but outside what mcpnode's YAML reader handles
+    unsupported: bool = False  # refused unread by a bound (YAML depth, aliases), not invalid
 
     @property
     def path(self) -> str:

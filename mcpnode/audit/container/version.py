@@ -1,6 +1,7 @@
 """NVIDIA Container Toolkit versions: parsing the components' `--version` output and comparing.
 
-Pure: text in, values out (STYLE.md habit 3). The output formats, from the sources:
+Pure: text in, values out, so every format is table-tested. The output formats, from the
+sources:
 
 - `nvidia-ctk --version` (urfave/cli prints `<Name> version <Version>`, the version string
   carrying a `commit:` line; `cmd/nvidia-ctk/main.go`, `internal/info/version.go`)::
@@ -134,8 +135,8 @@ class Advisory:
     what: str
 
 
-# From NVIDIA/cloud-native-docs gpu-operator/security.rst and the toolkit release notes
-# (host-facts.md section 3.3); the number in brackets is NVIDIA's bulletin (a_id). "Affected
+# From NVIDIA/cloud-native-docs gpu-operator/security.rst (the CVE table) and
+# container-toolkit/release-notes.md; the number in brackets is NVIDIA's bulletin (a_id). "Affected
 # <= X" there is "below the fixed release" here.
 ADVISORIES: tuple[Advisory, ...] = (
     Advisory("CVE-2024-0132", Version(1, 16, 2), "critical TOCTOU container escape (5582)"),

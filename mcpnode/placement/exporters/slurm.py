@@ -18,11 +18,24 @@ NVML, so the lines can be written out explicitly or compared with what slurmd lo
   lands on a switch, so AutoDetect would count 0 everywhere; mcpnode uses the NV# of
   `nvidia-smi topo -m` instead (topology/matrix.py `nvlink_counts`), which is what Slurm's
   coscheduling by link count is for. `Links=` is written only when some GPU has NVLink.
-* **Type**: the model token of NVML's product name, lowercase (`h100`, `a100`, `l40s`); it
-  must match the type in slurm.conf's `Gres=gpu:<type>:<count>`.
+* **Type**: by default exactly what `AutoDetect=nvml` derives: NVML's product name with every
+  ASCII letter lower-cased and every space made `_` (`_nvml_get_device_name` calls
+  `gpu_common_underscorify_tolower`, src/plugins/gpu/common/gpu_common.c), so `NVIDIA H100 80GB
+  HBM3` is `nvidia_h100_80gb_hbm3` and `NVIDIA A100-SXM4-80GB` is `nvidia_a100-sxm4-80gb`.
+  Explicit lines then agree with autodetected ones. `type_form="short"` writes the model token
+  instead (`h100`, `a100`, `l40s`). Either must match slurm.conf's `Gres=gpu:<type>:<count>`.
+* **Several NUMA nodes in a socket** (AMD EPYC NPS2/NPS4, Intel SNC): each GPU's `Cores=` is
+  then part of a socket. slurmd schedules GRES cores by socket unless NUMA nodes are made its
+  sockets with `SlurmdParameters=numa_node_as_socket` in slurm.conf (slurm.conf(5)); a GPU
+  whose cores do not fill a socket may otherwise be refused ("GRES core specification ...
+  doesn't match socket boundaries", SchedMD bug 22498 and SlinkyProject/slurm-operator#205).
+  The output says so in a comment on such hosts. The indices are the same either way, since
+  `sub_socket_numa` only reports hosts where every NUMA node's CPUs lie in one socket.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from mcpnode.placement.exporters.inputs import (
     AuditSummary,
@@ -64,7 +77,48 @@ def cores_for(cpus: CpuSet, index: dict[int, int]) -> CpuSet | None:
     return CpuSet(index[c] for c in cpus)
 
 
-def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> str:
+TypeForm = Literal["autodetect", "short"]
+TYPE_FORMS: tuple[TypeForm, ...] = ("autodetect", "short")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ ", "abcdefghijklmnopqrstuvwxyz_")
+
+
+def gres_type(name: str | None, form: TypeForm = "autodetect") -> str | None:
+    """The `Type=` of a GPU named `name` by NVML: AutoDetect=nvml's spelling (C `tolower` in
+    the C locale, so ASCII letters only, and spaces made `_`), or the short model token. None
+    without a name. Raises ValueError for another form."""
+    if form not in TYPE_FORMS:
+        raise ValueError(f"gres type form {form!r} is not one of {TYPE_FORMS}")
+    if not name:
+        return None
+    if form == "short":
+        return short_model(name)
+    return name.translate(_ASCII_LOWER)
+
+
+def sub_socket_numa(topo: Topology) -> tuple[int, int] | None:
+    """(NUMA nodes with CPUs, sockets) when some socket holds more than one NUMA node with CPUs
+    (NPS>1, SNC); None otherwise, or when the CPUs' packages or nodes are unknown."""
+    nodes_of: dict[int, set[int]] = {}
+    packages_of: dict[int, set[int]] = {}
+    for cpu in topo.cpus.cpus:
+        if cpu.package_id is None or cpu.node is None:
+            return None
+        nodes_of.setdefault(cpu.package_id, set()).add(cpu.node)
+        packages_of.setdefault(cpu.node, set()).add(cpu.package_id)
+    if not any(len(nodes) > 1 for nodes in nodes_of.values()):
+        return None
+    if any(len(pkgs) > 1 for pkgs in packages_of.values()):
+        return None  # a NUMA node across sockets: not the NPS/SNC layout this note is about
+    return len(packages_of), len(nodes_of)
+
+
+def render(
+    topo: Topology,
+    placement: Placement,
+    audit: AuditSummary | None,
+    *,
+    type_form: TypeForm = "autodetect",
+) -> str:
     """gres.conf lines, one per GPU in NVML index order, after a header saying how they were
     derived. A GPU without a minor number (NVML did not answer) gets a comment, not a line:
     `File=` is the one field Slurm cannot do without. `audit` is not used."""
@@ -81,9 +135,24 @@ def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> 
         "#        its socket), as slurmd numbers hwloc's cores. Not Linux CPU ids.",
         "# Links= per GPU in index order: -1 self, NVLink count to that GPU, 0 none;",
         "#        NVSwitch systems get the NV# of `nvidia-smi topo -m`.",
+        "# Type=  NVML's name as AutoDetect=nvml spells it (lower case, spaces as _)"
+        if type_form == "autodetect"
+        else "# Type=  the model token of NVML's name (AutoDetect=nvml would write the full name)",
         f"# {len(index)} CPUs with known cores -> {len(set(index.values()))} Slurm cores;"
         f" {len(topo.gpus)} GPU(s).",
     ]
+    split = sub_socket_numa(topo)
+    if split is not None and topo.gpus:
+        nodes, sockets = split
+        lines += [
+            f"# {nodes} NUMA nodes with CPUs on {sockets} socket{'s' if sockets > 1 else ''} "
+            "(NPS>1 or sub-NUMA clustering):",
+            "#   each Cores= below is part of a socket. Set SlurmdParameters=numa_node_as_socket",
+            "#   in slurm.conf so that slurmd's sockets are these NUMA nodes (slurm.conf(5));",
+            '#   without it a GPU whose cores do not fill a socket may be refused ("GRES core',
+            "#   specification ... doesn't match socket boundaries\"). The indices are the same",
+            "#   either way: each NUMA node's cores lie in one socket.",
+        ]
     if not topo.gpus:
         lines.append("# no GPU found: nothing to configure")
     for gpu in topo.gpus:
@@ -94,7 +163,7 @@ def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> 
             lines.append(f"# {label}: minor number unknown (NVML did not answer); no line")
             continue
         fields = ["Name=gpu"]
-        model = short_model(gpu_name(gpu))
+        model = gres_type(gpu_name(gpu), type_form)
         if model is not None:
             fields.append(f"Type={model}")
         fields.append(f"File=/dev/nvidia{minor}")

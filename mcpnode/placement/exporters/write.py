@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from mcpnode.errors import UsageError
 from mcpnode.host import Host
@@ -53,6 +54,36 @@ def target_path(kind: str, directory: str | None = None) -> str:
     return f"{directory.rstrip('/')}/{k.path.rsplit('/', 1)[-1]}"
 
 
+@dataclass(frozen=True)
+class Options:
+    """What the kinds take beyond their inputs: the gres.conf `Type=` spelling (slurm) and the
+    feature file's expiry in seconds from now (nfd; None: no expiry directive)."""
+
+    slurm_type: slurm.TypeForm = "autodetect"
+    nfd_expiry_s: float | None = None
+
+
+def render(
+    kind: str,
+    topology: Topology,
+    placement: Placement,
+    audit: AuditSummary | None,
+    options: Options = Options(),
+    *,
+    now: datetime | None = None,
+) -> str:
+    """`kind`'s text with `options` applied (`now`, UTC, is when an nfd expiry counts from).
+    Raises UsageError for an unknown kind, NfdLabelError for an invalid label."""
+    k = _kind(kind)
+    if kind == "slurm":
+        return slurm.render(topology, placement, audit, type_form=options.slurm_type)
+    text = k.render(topology, placement, audit)
+    if kind == "nfd" and options.nfd_expiry_s:
+        start = now if now is not None else datetime.now(timezone.utc)
+        text = nfd.with_expiry(text, start + timedelta(seconds=options.nfd_expiry_s))
+    return text
+
+
 def build(
     host: Host,
     kind: str,
@@ -60,21 +91,23 @@ def build(
     audit: bool = True,
     directory: str | None = None,
     housekeeping: str = HOUSEKEEPING_DEFAULT,
+    options: Options = Options(),
 ) -> Export:
     """Render `kind` for the machine behind `host` (`housekeeping` as plan_placement takes it).
     Raises UsageError for an unknown kind, a relative directory or a bad housekeeping spec,
     HostError/RootError when the root cannot be read, NfdLabelError for an invalid label."""
     from mcpnode.topology.discover import discover_host
 
-    k = _kind(kind)
+    _kind(kind)
+    path = target_path(kind, directory)
     topology = discover_host(host)
     summary = None
     if audit:
         from mcpnode.audit.run import run_audit
 
         summary = summarize(run_audit(host))
-    text = k.render(topology, plan_placement(topology, housekeeping), summary)
-    return Export(kind, target_path(kind, directory), text)
+    text = render(kind, topology, plan_placement(topology, housekeeping), summary, options)
+    return Export(kind, path, text)
 
 
 def write(host: Host, export: Export) -> None:
