@@ -55,6 +55,7 @@ from mcpnode.placement.build import Built, build_all
 from mcpnode.placement.exporters.inputs import summarize
 from mcpnode.placement.exporters.write import KINDS
 from mcpnode.placement.manifest import content_hash, publish
+from mcpnode.placement.source import Stamp, publication, read_stamp
 from mcpnode.probe.section import manifest_section
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
@@ -133,6 +134,8 @@ class Agent:
         self.started_at = _now()
         self.exit_code = EXIT_OK
         self._manifest_hash: str | None = None
+        # The freshness facts read before the discovery the manifest is built from.
+        self._stamp = Stamp(None, None, None)
         self._exports: dict[str, str] = {}
         self._drifted: frozenset[str] = frozenset()
         self._last_apply = "none"
@@ -196,6 +199,7 @@ class Agent:
             drift_interval_s=self.config.drift_interval,
         )
         try:
+            self._stamp = read_stamp(self.host)
             self.backend = open_backend(self.host)
             self.topology = discover(self.host, self.backend)
         except McpnodeError as err:
@@ -623,7 +627,7 @@ class Agent:
         digest = content_hash(built.manifest)
         if digest != self._manifest_hash:
             try:
-                path = publish(self.host, built.manifest)
+                path = publish(self.host, built.manifest, publication(self._stamp, os.getpid()))
             except HostError as err:
                 self.log.error("manifest.publish-failed", reason=reason, error=str(err))
             else:
@@ -690,11 +694,13 @@ class Agent:
         if self.backend is not None:
             self.backend.close()
         try:
+            stamp = read_stamp(self.host)  # before discovery (placement/source.py)
             self.backend = open_backend(self.host)
             self.topology = discover(self.host, self.backend)
         except McpnodeError as err:
             self.log.error("rediscover.failed", error=str(err), events=reasons)
             return
+        self._stamp = stamp
         self.metrics.count_rediscovery()
         old_gpus = {str(g.address) for g in (before.gpus if before else ())}
         new_gpus = {str(g.address) for g in self.topology.gpus}

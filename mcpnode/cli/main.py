@@ -6,9 +6,10 @@ that need them so `mcpnode --help` stays fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -31,6 +32,7 @@ from mcpnode.errors import (
 
 if TYPE_CHECKING:
     from mcpnode.host import Host
+    from mcpnode.placement.apply import Target
     from mcpnode.tuning.journal import JournalStore
 
 from mcpnode.cli.exitcodes import (
@@ -473,13 +475,15 @@ def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fm
     from mcpnode.host import Host
     from mcpnode.placement.build import make_manifest
     from mcpnode.placement.manifest import publish
+    from mcpnode.placement.source import publication, read_stamp
     from mcpnode.probe.section import manifest_section
 
     with Host(root) as host:
+        stamp = read_stamp(host)  # before discovery: an event during it makes the copy stale
         doc = make_manifest(
             host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section
         )
-        path = publish(host, doc)
+        path = publish(host, doc, publication(stamp, os.getpid()))
     if fmt == "json":
         click.echo(render_placement.as_json(doc), nl=False)
     else:
@@ -565,13 +569,18 @@ def export(
 
 
 def placement_options(fn: F) -> F:
-    """--gpu, --scope, --membind/--preferred, --housekeeping, --root: what to place on."""
+    """--gpu, --scope, --membind/--preferred, --housekeeping, --fresh, --root: what to place on."""
+    fn = click.option(
+        "--fresh",
+        is_flag=True,
+        help="Discover the topology instead of using the published manifest.",
+    )(fn)
     fn = click.option(
         "--housekeeping",
-        default="first-core",
-        show_default=True,
+        default=None,
         metavar="first-core|none|CPULIST",
-        help="CPUs kept out of every GPU's exclusive slice.",
+        help="CPUs kept out of every GPU's exclusive slice (default: the published manifest's "
+        "policy, else first-core).",
     )(fn)
     fn = click.option(
         "--membind/--preferred",
@@ -592,22 +601,33 @@ def placement_options(fn: F) -> F:
     return root_option(fn)
 
 
-def _target(root: str, selector: str, scope: str, membind: bool, housekeeping: str) -> Any:
-    """The placement Target for the GPUs selected, from the topology under `root`."""
+def _target(
+    root: str,
+    selector: str,
+    scope: str,
+    membind: bool,
+    housekeeping: str | None,
+    fresh: bool,
+) -> Target:
+    """The placement Target for the GPUs selected: from the published manifest under `root`
+    when it is current, else from discovery (a one-line notice says why). `all-local` selects
+    by the CPUs this process may use."""
     from mcpnode.host import Host
-    from mcpnode.placement.apply import choose_target
-    from mcpnode.placement.plan import plan_placement
-    from mcpnode.topology.discover import discover_host
+    from mcpnode.placement.apply import caller_cpus, choose_target
+    from mcpnode.placement.source import resolve
 
+    caller = caller_cpus(Host("/"))
     with Host(root) as host:
-        topology = discover_host(host)
+        resolved = resolve(host, housekeeping=housekeeping, fresh=fresh)
+    if resolved.notice is not None:
+        click.echo(f"mcpnode: {resolved.notice}", err=True)
     return choose_target(
-        plan_placement(topology, housekeeping),
+        resolved.placement,
         selector,
         scope="node" if scope == "node" else "slice",
         policy="bind" if membind else "preferred",
-        online=topology.cpus.online,
-        process_cpus=topology.process.cpus,
+        online=resolved.online,
+        process_cpus=caller,
     )
 
 
@@ -622,22 +642,23 @@ def exec_command(
     selector: str,
     scope: str,
     membind: bool,
-    housekeeping: str,
+    housekeeping: str | None,
+    fresh: bool,
     dry_run: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (no shell) on the GPU's CPUs, memory node and environment:
-    `mcpnode exec --gpu 0 -- python serve.py`. The topology comes from --root; the CPU affinity
-    and memory policy are always set on this machine's kernel."""
-    import os
-
+    `mcpnode exec --gpu 0 -- python serve.py`. The placement is the published manifest's when it
+    is current (else the topology under --root is discovered), clipped to the CPUs this process
+    may use; the CPU affinity and memory policy are always set on this machine's kernel."""
     from mcpnode.cli import render_exec
     from mcpnode.host import Host
-    from mcpnode.placement.apply import plan_exec, run_exec
+    from mcpnode.placement.apply import caller_cpus, plan_exec, run_exec
 
-    target = _target(root, selector, scope, membind, housekeeping)
     live = Host("/")
-    plan = plan_exec(live, target, command, os.environ, dry_run=dry_run)
+    target = _target(root, selector, scope, membind, housekeeping, fresh)
+    allowed = caller_cpus(live)
+    plan = plan_exec(live, target, command, os.environ, dry_run=dry_run, allowed=allowed)
     if dry_run:
         click.echo(render_exec.exec_text(plan), nl=False)
         return
@@ -649,7 +670,14 @@ def exec_command(
 @placement_options
 @click.option("--force", is_flag=True, help="Re-pin a process someone else already narrowed.")
 def pin(
-    pid: int, root: str, selector: str, scope: str, membind: bool, housekeeping: str, force: bool
+    pid: int,
+    root: str,
+    selector: str,
+    scope: str,
+    membind: bool,
+    housekeeping: str | None,
+    fresh: bool,
+    force: bool,
 ) -> None:
     """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
     Refuses kernel threads, and processes already narrowed by someone else unless --force."""
@@ -657,7 +685,7 @@ def pin(
     from mcpnode.host import Host
     from mcpnode.placement.apply import pin_process
 
-    target = _target(root, selector, scope, membind, housekeeping)
+    target = _target(root, selector, scope, membind, housekeeping, fresh)
     result = pin_process(Host("/"), pid, target, force=force)
     click.echo(render_exec.pin_text(result), nl=False)
 
@@ -673,7 +701,8 @@ def systemd_dropin(
     selector: str,
     scope: str,
     membind: bool,
-    housekeeping: str,
+    housekeeping: str | None,
+    fresh: bool,
     unit: str,
     do_write: bool,
 ) -> None:
@@ -683,7 +712,7 @@ def systemd_dropin(
     from mcpnode.placement import systemd
 
     name = systemd.unit_name(unit)
-    target = _target(root, selector, scope, membind, housekeeping)
+    target = _target(root, selector, scope, membind, housekeeping, fresh)
     text = systemd.render_dropin(name, target)
     if not do_write:
         click.echo(text, nl=False)

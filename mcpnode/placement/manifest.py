@@ -28,7 +28,9 @@ SCHEMA_MAJOR = 1
 MANIFEST_PATH = "/run/mcpnode/manifest.json"
 MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
 _SCHEMA_RE = re.compile(r"mcpnode\.manifest/v(\d+)")
-_UNHASHED = ("content_hash", "generated_at")
+# `publication` says when and where this copy was published (placement/source.py), like
+# generated_at: republishing an unchanged machine keeps its hash.
+_UNHASHED = ("content_hash", "generated_at", "publication")
 
 __all__ = ["MANIFEST_PATH", "SCHEMA", "ManifestError", "build_manifest", "load_manifest", "publish"]
 
@@ -104,10 +106,14 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
 
 
-def publish(host: Host, manifest: dict[str, Any]) -> str:
+def publish(
+    host: Host, manifest: dict[str, Any], publication: Mapping[str, Any] | None = None
+) -> str:
     """Write `manifest` to /run/mcpnode/manifest.json atomically (temp, fsync, rename), mode
-    0644. Returns the logical path. Raises AccessDenied / WriteError."""
-    host.write_file_atomic(MANIFEST_PATH, dumps(manifest).encode(), MANIFEST_MODE)
+    0644, with its `publication` stamp (placement/source.py) when given: what launchers check
+    its freshness against. Returns the logical path. Raises AccessDenied / WriteError."""
+    doc = manifest if publication is None else {**manifest, "publication": dict(publication)}
+    host.write_file_atomic(MANIFEST_PATH, dumps(doc).encode(), MANIFEST_MODE)
     return MANIFEST_PATH
 
 
