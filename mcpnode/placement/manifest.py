@@ -14,14 +14,18 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcpnode.audit.model import AuditReport, Status
 from mcpnode.errors import ManifestError, PathNotFound
 from mcpnode.host import Host
-from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
-from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
-from mcpnode.tuning.verify import VerifyReport
+
+if TYPE_CHECKING:
+    # Only the builder needs these; a launcher reading the manifest (placement/source.py) does
+    # not pay for importing the audit and tuning engines.
+    from mcpnode.audit.model import AuditReport
+    from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
+    from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
+    from mcpnode.tuning.verify import VerifyReport
 
 SCHEMA = "mcpnode.manifest/v1"
 SCHEMA_MAJOR = 1
@@ -263,6 +267,8 @@ def _tuning(tuning: VerifyReport | str | None, source: str | None) -> dict[str, 
 
 
 def _audit(audit: AuditReport | None) -> dict[str, Any] | None:
+    from mcpnode.audit.model import Status
+
     if audit is None:
         return None
     ids = sorted({f.id for f in audit.findings if f.status is Status.FAIL})
