@@ -114,7 +114,9 @@ def test_dry_run_prints_and_runs_nothing(root: Path, tmp_path: Path) -> None:
 
 
 def test_command_not_found_exits_127(root: Path) -> None:
-    proc = run_process("exec", "--fresh", "--root", str(root), "--gpu", "0", "--", "no-such-command-xyz")
+    proc = run_process(
+        "exec", "--fresh", "--root", str(root), "--gpu", "0", "--", "no-such-command-xyz"
+    )
     assert proc.returncode == 127
     assert "no-such-command-xyz: command not found" in proc.stderr
     assert proc.stdout == ""
@@ -122,7 +124,15 @@ def test_command_not_found_exits_127(root: Path) -> None:
 
 def test_dry_run_reports_a_missing_command(root: Path) -> None:
     code, out, _ = run_cli(
-        "exec", "--fresh", "--root", str(root), "--gpu", "0", "--dry-run", "--", "no-such-command-xyz"
+        "exec",
+        "--fresh",
+        "--root",
+        str(root),
+        "--gpu",
+        "0",
+        "--dry-run",
+        "--",
+        "no-such-command-xyz",
     )
     assert code == 0
     assert "problem: no-such-command-xyz: command not found" in out
@@ -142,7 +152,14 @@ def test_placement_from_another_machine_is_refused() -> None:
     if placeroot.skip_reason() is None and len(Host("/").get_affinity(0)) > 96:
         pytest.skip("this machine has the HGX fixture's CPUs")
     proc = run_process(
-        "exec", "--fresh", "--root", str(FIXTURES / "hgx-h100-8gpu-8nic"), "--gpu", "0", "--", "true"
+        "exec",
+        "--fresh",
+        "--root",
+        str(FIXTURES / "hgx-h100-8gpu-8nic"),
+        "--gpu",
+        "0",
+        "--",
+        "true",
     )
     assert proc.returncode == 69, proc.stderr
     assert "are not online on this machine" in proc.stderr

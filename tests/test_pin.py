@@ -76,7 +76,9 @@ def test_narrowed_process_refused_then_forced(root: Path) -> None:
         assert (code, out) == (77, "")
         assert "already limited to CPUs 0" in err and "--force" in err
         assert set(map(frozenset, affinities(proc.pid).values())) == {frozenset({0})}
-        code, _, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--force", "--fresh", "--root", str(root))
+        code, _, err = run_cli(
+            "pin", str(proc.pid), "--gpu", "0", "--force", "--fresh", "--root", str(root)
+        )
         assert code == 0, err
         assert set(map(frozenset, affinities(proc.pid).values())) == {frozenset({1})}
     finally:

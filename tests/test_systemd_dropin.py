@@ -41,7 +41,9 @@ def root(tmp_path: Path) -> Path:
 
 
 def test_prints_the_dropin(root: Path) -> None:
-    code, out, err = run_cli("systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root))
+    code, out, err = run_cli(
+        "systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root)
+    )
     assert (code, err) == (0, "")
     assert out == EXPECTED
     assert not (root / "etc").exists()
@@ -154,7 +156,9 @@ def verify(unit_dir: Path, unit: str, dropin: str) -> subprocess.CompletedProces
 
 @needs_analyze
 def test_systemd_analyze_accepts_the_dropin(root: Path, tmp_path: Path) -> None:
-    code, out, _ = run_cli("systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root))
+    code, out, _ = run_cli(
+        "systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root)
+    )
     assert code == 0
     proc = verify(tmp_path / "units", "vllm.service", out)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
