@@ -55,7 +55,8 @@ from mcpnode.placement.build import Built, build_all
 from mcpnode.placement.exporters.inputs import summarize
 from mcpnode.placement.exporters.write import KINDS
 from mcpnode.placement.manifest import content_hash, publish
-from mcpnode.placement.source import Stamp, publication, read_stamp
+from mcpnode.placement.plan import plan_placement
+from mcpnode.placement.source import Stamp, cpu_partition, publication, read_stamp
 from mcpnode.probe.section import manifest_section
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
@@ -64,6 +65,7 @@ from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, write_agent_
 from mcpnode.tuning.apply import ApplyResult, apply_profile, recover, rollback
 from mcpnode.tuning.errors import ApplyFailed
 from mcpnode.tuning.journal import Journal, JournalStore
+from mcpnode.tuning.partition import CpuPartition, needs_partition
 from mcpnode.tuning.profile import Profile, load_profile
 from mcpnode.tuning.verify import VerifyReport, verify
 
@@ -396,7 +398,9 @@ class Agent:
         start = time.perf_counter()
         self.metrics.count_event("timer")
         try:
-            report = verify(self.host, self.profile)
+            partition = self._partition()
+            managed = self.store.managed_irqs() if partition is not None else frozenset()
+            report = verify(self.host, self.profile, partition, managed)
         except McpnodeError as err:
             self.log.error("drift.verify-failed", error=str(err))
             return None
@@ -440,6 +444,18 @@ class Agent:
             # events. In remediate mode a fixed key never stays, so this is report mode's path.
             self._publish("drift")
         return report
+
+    def _partition(self) -> CpuPartition | None:
+        """The housekeeping CPUs and GPU slices `[irq]` places against: the agent's own
+        discovery and its configured housekeeping, the same plan it publishes. None when the
+        profile has no `[irq]` (nothing is computed then)."""
+        if self.profile is None or self.topology is None:
+            return None
+        if not needs_partition(s.key for s in self.profile.settings):
+            return None
+        placement = plan_placement(self.topology, self.config.housekeeping)
+        nodes = {n.id: n.cpus for n in self.topology.numa_nodes}
+        return cpu_partition(placement, nodes, "the agent's discovery")
 
     def _remediate(self, report: VerifyReport) -> frozenset[str]:
         """Re-apply the drifted keys the guard allows; returns the keys written back."""
@@ -537,6 +553,7 @@ class Agent:
                     hold=hold | frozenset(self._unappliable),
                     by="agent",
                     log=self.log,
+                    partition=self._partition(),
                 )
                 break
             except ApplyFailed as err:

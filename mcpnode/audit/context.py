@@ -12,6 +12,7 @@ from mcpnode.host import Host
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
 from mcpnode.tuning.active import ActiveProfile
+from mcpnode.tuning.partition import CpuPartition
 
 CgroupMode = Literal["v2", "hybrid", "v1", "unknown"]
 
@@ -31,6 +32,9 @@ class AuditContext:
     # mcpnode's housekeeping CPUs when the caller planned placement (the manifest build does);
     # None: areas that need them read the published manifest (audit/kubelet.py).
     housekeeping: CpuSet | None = None
+    # The housekeeping CPUs and GPU slices `[irq]` is checked against, when the caller planned
+    # placement; None: audit/tuning.py reads the published manifest's.
+    partition: CpuPartition | None = None
 
     @property
     def has_gpus(self) -> bool:

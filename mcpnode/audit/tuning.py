@@ -15,12 +15,17 @@ from pathlib import Path
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.errors import McpnodeError
+from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
+from mcpnode.tuning.journal import JournalStore
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
 from mcpnode.tuning.verify import VerifyReport, verify
+
+# The published manifest (placement/manifest.py MANIFEST_PATH; the placement layer is above).
+MANIFEST_PATH = "/run/mcpnode/manifest.json"
 
 
 @dataclass(frozen=True)
@@ -46,9 +51,26 @@ def collect(host: Host, ctx: AuditContext) -> TuningFacts:
         )
     except McpnodeError as err:
         return TuningFacts(ctx.profile, None, (), f"{type(err).__name__}: {err}", agent, active)
-    report = verify(host, profile)
+    partition = ctx.partition if ctx.partition is not None else _published_partition(host)
+    report = verify(host, profile, partition, JournalStore(host).managed_irqs())
     overrides = find_overrides(host, persisted_values(report.plan))
     return TuningFacts(ctx.profile, report, overrides, None, agent, active)
+
+
+def _published_partition(host: Host) -> CpuPartition | None:
+    """The CPU partition the published manifest advertises (what `[irq]` is checked against
+    when the audit runs on its own); None when none is published or it is unusable, and then
+    the `[irq]` keys are reported unverified."""
+    import json
+
+    from mcpnode.tuning.partition import from_manifest
+
+    try:
+        text = host.read_optional(MANIFEST_PATH, limit=16 << 20)
+        doc = json.loads(text) if text is not None else None
+        return from_manifest(doc, MANIFEST_PATH) if isinstance(doc, dict) else None
+    except (HostError, ValueError):
+        return None
 
 
 def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:

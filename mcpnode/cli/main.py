@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from mcpnode.host import Host
     from mcpnode.placement.apply import Target
     from mcpnode.tuning.journal import JournalStore
+    from mcpnode.tuning.partition import CpuPartition
+    from mcpnode.tuning.profile import Profile
 
 from mcpnode.cli.exitcodes import (
     EXIT_DATAERR,
@@ -158,6 +160,21 @@ def _journal_store(
     # Created 0755 whatever the umask (Host.makedirs), like /var/lib/mcpnode under the unit.
     Host("/").makedirs(str(state_dir.resolve()))
     return JournalStore(Host(state_dir), "/tuning-journal.json", command=command, wait_s=wait_s)
+
+
+def _partition(host: Host, profile: Profile) -> CpuPartition | None:
+    """The housekeeping CPUs and GPU slices a profile's `[irq]` places against: the published
+    manifest's when current, else discovery's (a one-line notice says why); None when the
+    profile has no such setting, so other profiles never pay for discovery."""
+    from mcpnode.placement.source import partition_of, resolve
+    from mcpnode.tuning.partition import needs_partition
+
+    if not needs_partition(s.key for s in profile.settings):
+        return None
+    resolved = resolve(host)
+    if resolved.notice is not None:
+        click.echo(f"mcpnode: {resolved.notice}", err=True)
+    return partition_of(resolved)
 
 
 def _command_line(name: str, *args: str | None) -> str:
@@ -288,7 +305,10 @@ def apply(
             "apply", "--profile", profile_name, "--persist" if persist else None
         )
         store = _journal_store(host, state_dir, command, wait_s)
-        result = apply_profile(host, profile, store, persist=persist, dry_run=dry_run)
+        partition = _partition(host, profile)
+        result = apply_profile(
+            host, profile, store, persist=persist, dry_run=dry_run, partition=partition
+        )
     if fmt == "json":
         click.echo(render_tuning.apply_json(result))
     else:
@@ -331,7 +351,9 @@ def verify(
                 click.echo(render_tuning.verify_none_text(active), nl=False)
                 ctx.exit(EXIT_UNKNOWN)
             profile_name = active.name
-        report = verify_profile(host, load_profile(profile_name, host, profiles_dir))
+        profile = load_profile(profile_name, host, profiles_dir)
+        managed = _journal_store(host, state_dir).managed_irqs()
+        report = verify_profile(host, profile, _partition(host, profile), managed)
     if fmt == "json":
         click.echo(render_tuning.verify_json(report, active))
     else:

@@ -37,6 +37,7 @@ from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_pci_address
 from mcpnode.tuning.agentstate import read_agent_state
+from mcpnode.tuning.partition import CpuPartition
 
 BOOT_ID = sysfs.PROC_BOOT_ID
 UEVENT_SEQNUM = sysfs.SYS_UEVENT_SEQNUM
@@ -313,4 +314,23 @@ def _discover(host: Host, housekeeping: str | None, notice: str | None) -> Resol
         "discovery",
         None if notice is None else f"{notice}: discovering the topology instead",
         policy,
+    )
+
+
+def partition_of(resolved: Resolved) -> CpuPartition:
+    """The CPU partition `[irq]` places against, from a resolved placement."""
+    return cpu_partition(resolved.placement, resolved.node_cpus, resolved.source)
+
+
+def cpu_partition(
+    placement: Placement, node_cpus: Mapping[int, CpuSet], source: str
+) -> CpuPartition:
+    slices: set[int] = set()
+    for gpu in placement.gpus:
+        slices |= gpu.slice_cpus
+    return CpuPartition(
+        frozenset(placement.housekeeping),
+        frozenset(slices),
+        {n: frozenset(c) for n, c in node_cpus.items()},
+        source,
     )

@@ -3,7 +3,10 @@
 Keys are what profiles and plans name:
 - sysctls by their dotted name, `net.core.somaxconn` -> `/proc/sys/net/core/somaxconn`;
 - sysfs settings as `section:option[:instance]`: `vm:transparent_hugepage`,
-  `cpu:governor:policy0`; kernel modules as `module:NAME` (loaded, never written to a file).
+  `cpu:governor:policy0`; kernel modules as `module:NAME` (loaded, never written to a file);
+- interrupt affinity as `irq:N` -> `/proc/irq/N/smp_affinity_list`, and irqbalance's banned
+  CPUs as `irqbalance:debian` / `irqbalance:redhat` -> its environment file, one fixed file per
+  key, so a journal entry can name nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +23,21 @@ THP_KEY = "vm:transparent_hugepage"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 CPUFREQ_DIR = "/sys/devices/system/cpu/cpufreq"
 GOVERNOR_KEY = "cpu:governor"
+
+# [irq] (tuning/irq.py). The profile's two settings; the plan expands IRQ_POLICY_KEY into one
+# `irq:N` item per interrupt.
+IRQ_POLICY_KEY = "irq:policy"
+IRQBALANCE_KEY = "irq:irqbalance"
+PROC_INTERRUPTS = "/proc/interrupts"
+PROC_IRQ = "/proc/irq"
+# irqbalance's systemd unit reads one EnvironmentFile: Debian and Ubuntu ship
+# /etc/default/irqbalance, Fedora/RHEL/SUSE /etc/sysconfig/irqbalance (irqbalance's own
+# misc/irqbalance.service names both, each optional).
+IRQBALANCE_FILES = {
+    "irqbalance:debian": "/etc/default/irqbalance",
+    "irqbalance:redhat": "/etc/sysconfig/irqbalance",
+}
+_IRQ = re.compile(r"irq:([0-9]{1,6})\Z", re.ASCII)
 
 TCP_CC = "net.ipv4.tcp_congestion_control"
 # Preference lists are resolved against what the kernel lists as available for that key.
@@ -77,6 +95,20 @@ def governors_available_path(policy: str) -> str:
     return f"{CPUFREQ_DIR}/{policy}/scaling_available_governors"
 
 
+def irq_affinity_path(irq: int) -> str:
+    return f"{PROC_IRQ}/{int(irq)}/smp_affinity_list"
+
+
+def irq_node_path(irq: int) -> str:
+    return f"{PROC_IRQ}/{int(irq)}/node"
+
+
+def irq_number(key: str) -> int | None:
+    """N of an `irq:N` key, None for any other key."""
+    m = _IRQ.match(key)
+    return int(m.group(1)) if m is not None else None
+
+
 _POLICY = re.compile(r"policy[0-9]{1,5}\Z", re.ASCII)
 
 
@@ -90,6 +122,11 @@ def path_of(key: str) -> str | None:
     a restore anywhere else."""
     if key == THP_KEY:
         return THP_ENABLED
+    m = _IRQ.match(key)
+    if m is not None:
+        return irq_affinity_path(int(m.group(1)))
+    if key in IRQBALANCE_FILES:
+        return IRQBALANCE_FILES[key]
     if key.startswith(GOVERNOR_KEY + ":"):
         policy = key[len(GOVERNOR_KEY) + 1 :]
         return governor_path(policy) if is_policy(policy) else None

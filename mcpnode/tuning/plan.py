@@ -188,6 +188,98 @@ def _governor_items(setting: Setting, state: HostState) -> list[PlanItem]:
     ]
 
 
+def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
+    """One item per numbered interrupt: allowed on the housekeeping CPUs of its device's node
+    (tuning/irq.py). An interrupt already inside them is left as it is (never widened)."""
+    from mcpnode.tuning.cpulist import format_list
+    from mcpnode.tuning.irq import affinity_ok
+
+    key, src = setting.key, setting.source
+    if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
+        return []
+    if state.irqs is None:
+        why = f"no {paths.PROC_INTERRUPTS} here"
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
+    part = state.partition
+    if part is None:
+        why = "the GPU slices are not known to this run (no current manifest, no discovery)"
+        return [PlanItem(key, "", "housekeeping", None, None, "skipped", why, src)]
+    if not part.housekeeping:
+        why = "no housekeeping CPUs are reserved (housekeeping policy none): nowhere to move them"
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
+    out = []
+    for reading in state.irqs:
+        k, path = f"irq:{reading.irq}", paths.irq_affinity_path(reading.irq)
+        allowed = part.housekeeping_of(reading.node)
+        want = format_list(allowed)
+        where = f"node {reading.node}" if reading.node is not None else "no node"
+        rule = f"within {want} (housekeeping, {where}; {reading.name})"
+        unusable = _unusable(k, path, rule, reading.affinity, src)
+        if unusable is not None:
+            out.append(unusable)
+            continue
+        current = reading.affinity
+        assert isinstance(current, str)
+        if reading.irq in state.managed:
+            why = (
+                "kernel-managed: the kernel refused to move it (EIO); its affinity is the kernel's"
+            )
+            out.append(PlanItem(k, path, rule, current, None, "skipped", why, src))
+            continue
+        if affinity_ok(current, allowed):
+            out.append(PlanItem(k, path, rule, current, want, "ok", f"already {current}", src))
+            continue
+        lacking = privilege.missing(k, state.privileges)
+        action: Action = "needs-privilege" if lacking is not None else "set"
+        out.append(
+            PlanItem(k, path, rule, current, want, action, lacking or f"{current} -> {want}", src)
+        )
+    return out
+
+
+def _irqbalance_item(setting: Setting, state: HostState) -> list[PlanItem]:
+    """irqbalance's banned CPUs = the GPU slices, in its environment file (tuning/irq.py)."""
+    from mcpnode.tuning.cpulist import format_list
+    from mcpnode.tuning.irq import banned_of
+
+    key, src = setting.key, setting.source
+    if not isinstance(setting.desired, Exact) or setting.desired.text == "leave":
+        return []
+    rule = "IRQBALANCE_BANNED_CPULIST = GPU slices"
+    if state.irqbalance is None:
+        names = " or ".join(paths.IRQBALANCE_FILES.values())
+        why = f"irqbalance is not installed here (no {names})"
+        return [PlanItem(key, "", rule, None, None, "unsupported", why, src)]
+    file_key, path, content = state.irqbalance
+    unusable = _unusable(file_key, path, rule, content, src)
+    if unusable is not None:
+        return [unusable]
+    assert isinstance(content, str)
+    if state.partition is None:
+        why = "the GPU slices are not known to this run (no current manifest, no discovery)"
+        return [PlanItem(file_key, path, rule, None, None, "skipped", why, src)]
+    want = format_list(state.partition.slices)
+    if not want:
+        return [PlanItem(file_key, path, rule, None, None, "unsupported", "no GPU slices", src)]
+    current = banned_of(content)
+    shown = current if current is not None else "(unset)"
+    if current is not None and _same_cpus(current, want):
+        return [PlanItem(file_key, path, rule, current, want, "ok", f"already {current}", src)]
+    lacking = privilege.missing(file_key, state.privileges)
+    action: Action = "needs-privilege" if lacking is not None else "set"
+    why = lacking or f"{shown} -> {want}; restart irqbalance to apply it"
+    return [PlanItem(file_key, path, rule, current, want, action, why, src)]
+
+
+def _same_cpus(a: str, b: str) -> bool:
+    from mcpnode.tuning.cpulist import parse
+
+    try:
+        return parse(a) == parse(b)
+    except ValueError:
+        return False
+
+
 def plan(profile: Profile, state: HostState) -> Plan:
     """Decide, for every setting of `profile`, what to do on a host in `state`.
 
@@ -198,6 +290,12 @@ def plan(profile: Profile, state: HostState) -> Plan:
     for setting in profile.settings:
         if setting.key == paths.GOVERNOR_KEY:
             settings.extend(_governor_items(setting, state))
+            continue
+        if setting.key == paths.IRQ_POLICY_KEY:
+            settings.extend(_irq_items(setting, state))
+            continue
+        if setting.key == paths.IRQBALANCE_KEY:
+            settings.extend(_irqbalance_item(setting, state))
             continue
         path = paths.path_of(setting.key)
         assert path is not None

@@ -22,6 +22,10 @@
     [cpu]
     governor = ["performance", "schedutil"]   # first one each cpufreq policy offers
 
+    [irq]                               # tuning/irq.py; needs the host's CPU partition
+    policy = "housekeeping"             # device interrupts onto their node's housekeeping CPUs
+    irqbalance = "ban-slices"           # IRQBALANCE_BANNED_CPULIST = the GPU slices
+
 Locations: the system directory (the repository's top-level `profiles/` in a source checkout
 or editable install; `<prefix>/share/mcpnode/profiles` from a wheel, installed there by
 `[tool.setuptools.data-files]`), then `/etc/mcpnode/profiles/*.toml` under the Host root,
@@ -67,7 +71,9 @@ MAX_VALUE_BYTES = 4096
 MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16
 THP_CHOICES = ("always", "madvise", "never")
-SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu")
+SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq")
+IRQ_POLICIES = ("housekeeping", "off")
+IRQBALANCE_MODES = ("ban-slices", "leave")
 
 Origin = Literal["system", "local"]
 
@@ -384,6 +390,19 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
         )
         note = comments.get(("cpu", "governor"), "")
         settings.append(Setting(paths.GOVERNOR_KEY, Prefer(wanted), file, note))
+
+    irq = _section(file, doc, "irq")
+    _only(file, "irq", irq, ("policy", "irqbalance"))
+    for option, key, choices in (
+        ("policy", paths.IRQ_POLICY_KEY, IRQ_POLICIES),
+        ("irqbalance", paths.IRQBALANCE_KEY, IRQBALANCE_MODES),
+    ):
+        if option in irq:
+            value = irq[option]
+            if value not in choices:
+                raise _err(file, option, f"must be one of {', '.join(choices)}", "irq")
+            note = comments.get(("irq", option), "")
+            settings.append(Setting(key, Exact(value), file, note))
 
     mods = _section(file, doc, "modules")
     _only(file, "modules", mods, ("load",))

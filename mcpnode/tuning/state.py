@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import Host
@@ -17,6 +18,10 @@ from mcpnode.tuning import paths
 from mcpnode.tuning.privilege import Privileges
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.values import Prefer
+
+if TYPE_CHECKING:
+    from mcpnode.tuning.irq import IrqReading
+    from mcpnode.tuning.partition import CpuPartition
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,13 @@ class HostState:
                (built-in); None when /proc/modules is absent (no loadable module support)
     policies:  cpufreq policy directory names; None when there is no cpufreq at all (VMs)
     live:      the root is this machine, so modules can be loaded
+    irqs:      numbered interrupts with their affinity (`[irq]` only); None without
+               /proc/interrupts
+    irqbalance: (key, path, content) of irqbalance's environment file (`[irq]` only), None
+               when irqbalance is not installed
+    partition: the housekeeping CPUs and GPU slices `[irq]` places against; None when the
+               caller could not tell (no manifest and no discovery in this run)
+    managed:   interrupts the kernel refused to move (EIO) in an earlier apply (the journal)
     """
 
     readings: Mapping[str, Reading]
@@ -57,6 +69,10 @@ class HostState:
     cmdline: str | None
     policies: tuple[str, ...] | None
     live: bool
+    irqs: tuple[IrqReading, ...] | None = None
+    irqbalance: tuple[str, str, Reading] | None = None
+    partition: CpuPartition | None = None
+    managed: frozenset[int] = frozenset()
 
 
 def parse_status(text: str | None) -> Privileges:
@@ -116,15 +132,39 @@ def _tokens(text: str | None) -> frozenset[str] | None:
     return frozenset(t.strip("[]") for t in text.split())
 
 
-def read_state(host: Host, profile: Profile, extra_paths: Iterable[str] = ()) -> HostState:
-    """Read what planning `profile` needs, plus `extra_paths` (journal entries to restore)."""
+def read_state(
+    host: Host,
+    profile: Profile,
+    extra_paths: Iterable[str] = (),
+    *,
+    partition: CpuPartition | None = None,
+    managed: frozenset[int] = frozenset(),
+) -> HostState:
+    """Read what planning `profile` needs, plus `extra_paths` (journal entries to restore).
+    `partition` and `managed` are passed through for `[irq]` (HostState)."""
     readings: dict[str, Reading] = {}
     available: dict[str, frozenset[str] | None] = {}
     wanted_modules = set(profile.modules)
     policies: tuple[str, ...] | None = None
     cmdline: str | None = None
 
+    irqs = None
+    irqbalance = None
     for setting in profile.settings:
+        if setting.key == paths.IRQ_POLICY_KEY:
+            from mcpnode.tuning.irq import read_irqs
+
+            irqs = read_irqs(host)
+            for reading in irqs or ():
+                readings[paths.irq_affinity_path(reading.irq)] = reading.affinity
+            continue
+        if setting.key == paths.IRQBALANCE_KEY:
+            from mcpnode.tuning.irq import irqbalance_file
+
+            irqbalance = irqbalance_file(host)
+            if irqbalance is not None:
+                readings[irqbalance[1]] = irqbalance[2]
+            continue
         if setting.key == paths.GOVERNOR_KEY:
             names = host.listdir_optional(paths.CPUFREQ_DIR)
             policies = tuple(n for n in names or () if paths.is_policy(n)) if names else None
@@ -163,4 +203,8 @@ def read_state(host: Host, profile: Profile, extra_paths: Iterable[str] = ()) ->
         cmdline=cmdline,
         policies=policies,
         live=host.is_live,
+        irqs=irqs,
+        irqbalance=irqbalance,
+        partition=partition,
+        managed=managed,
     )

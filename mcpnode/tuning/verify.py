@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcpnode.host import Host
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.plan import Plan, PlanItem, plan
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.state import read_state
@@ -86,6 +87,13 @@ def drift_of(p: Plan) -> VerifyReport:
     return VerifyReport(p.profile, p, tuple(drift), tuple(unsupported), tuple(unverified))
 
 
-def verify(host: Host, profile: Profile) -> VerifyReport:
-    """Read the host and report drift from `profile`. Only reads."""
-    return drift_of(plan(profile, read_state(host, profile)))
+def verify(
+    host: Host,
+    profile: Profile,
+    partition: CpuPartition | None = None,
+    managed: frozenset[int] = frozenset(),
+) -> VerifyReport:
+    """Read the host and report drift from `profile`. Only reads. `partition` and `managed`
+    (the journal's kernel-managed interrupts) are what `[irq]` is checked against."""
+    state = read_state(host, profile, partition=partition, managed=managed)
+    return drift_of(plan(profile, state))

@@ -1,0 +1,247 @@
+"""`[irq]` through the tuning engine, on temporary copies of the HGX H100 fixture with a real
+node's interrupt layout (tests/irqroot.py): plan, apply, verify, drift, rollback, the journal's
+key -> path check, irqbalance's environment file, and the agent remediating a moved interrupt.
+
+The acceptance case: after `mcpnode apply --profile inference-throughput` on the HGX copy, no
+interrupt's affinity overlaps any GPU's slice in the published manifest, and `rollback`
+restores every original."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcpnode.errors import McpnodeError
+from mcpnode.host import Host
+from mcpnode.placement.manifest import MANIFEST_PATH
+from mcpnode.tuning import cpulist
+from mcpnode.tuning.errors import JournalError, ProfileError
+from mcpnode.tuning.irq import banned_of, parse_interrupts, with_banned
+from mcpnode.tuning.journal import JournalStore, from_json
+from mcpnode.tuning.profile import parse_profile
+from tests import irqroot
+from tests.agentproc import AgentProc
+from tests.tuningcli import run_cli
+from tests.tuningroot import kernel_view
+
+PROFILE = "inference-throughput"
+
+
+@pytest.fixture
+def hgx(tmp_path: Path) -> irqroot.IrqRoot:
+    r = irqroot.build(tmp_path / "root")
+    code, _, err = run_cli("manifest", "publish", "--root", str(r.root))
+    assert code == 0, err
+    return r
+
+
+def manifest(root: Path) -> dict[str, Any]:
+    doc = json.loads((root / MANIFEST_PATH.lstrip("/")).read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def slices_of(doc: dict[str, Any]) -> frozenset[int]:
+    out: set[int] = set()
+    for gpu in doc["placement"]["gpus"]:
+        out |= cpulist.parse(gpu["slice_cpus"])
+    return frozenset(out)
+
+
+def placed_state(root: Path) -> dict[str, object]:
+    """What apply may change and rollback must restore: /proc/irq and /etc, as a kernel would
+    report them."""
+    return {k: v for k, v in kernel_view(root).items() if k.startswith(("proc/irq/", "etc/"))}
+
+
+def test_apply_moves_every_interrupt_off_the_slices_and_rollback_restores(
+    hgx: irqroot.IrqRoot,
+) -> None:
+    root = hgx.root
+    doc = manifest(root)
+    slices = slices_of(doc)
+    housekeeping = cpulist.parse(doc["placement"]["housekeeping_cpus"])
+    node_cpus = {n["id"]: cpulist.parse(n["cpus"]) for n in doc["numa_nodes"]}
+    overlapping = [i for i in hgx.irqs if cpulist.parse(i.affinity) & slices]
+    assert len(overlapping) > 100  # the layout really puts mlx5 vectors and nvme queues there
+    before = placed_state(root)
+
+    code, out, err = run_cli("apply", "--profile", PROFILE, "--root", str(root))
+    assert code == 0, err
+    # The published manifest was current: no rediscovery notice among the write events.
+    assert [line for line in err.splitlines() if line.startswith("mcpnode:")] == []
+    for irq in hgx.irqs:
+        now = cpulist.parse(hgx.affinity(irq.number))
+        assert now and not now & slices, (irq, now)
+        want = housekeeping & node_cpus.get(irq.node, frozenset()) or housekeeping
+        assert now <= want, (irq, now)
+    env = (root / "etc/default/irqbalance").read_text()
+    assert cpulist.parse(banned_of(env) or "") == slices
+    assert "restart irqbalance" in out
+
+    code, out, err = run_cli("verify", "--profile", PROFILE, "--root", str(root))
+    assert code == 0, out + err
+
+    code, _, err = run_cli("rollback", "--root", str(root))
+    assert code == 0, err
+    assert placed_state(root) == before
+
+
+def test_verify_reports_a_moved_interrupt_and_apply_puts_it_back(hgx: irqroot.IrqRoot) -> None:
+    root = hgx.root
+    assert run_cli("apply", "--profile", PROFILE, "--root", str(root))[0] == 0
+    comp = next(i for i in hgx.irqs if i.name.startswith("mlx5_comp5"))
+    path = root / f"proc/irq/{comp.number}/smp_affinity_list"
+    path.write_text("5\n")  # irqbalance (or a script) moved it onto GPU 0's slice
+    code, out, _ = run_cli("verify", "--profile", PROFILE, "--root", str(root), "--format", "json")
+    assert code == 1
+    drift = json.loads(out)["drift"]
+    assert [d["key"] for d in drift] == [f"irq:{comp.number}"]
+    assert drift[0]["actual"] == "5"
+    assert run_cli("apply", "--profile", PROFILE, "--root", str(root))[0] == 0
+    assert hgx.affinity(comp.number) == "0,96"
+    # The journal kept the first original, not the drifted value: rollback restores the layout.
+    assert run_cli("rollback", "--root", str(root))[0] == 0
+    assert hgx.affinity(comp.number) == comp.affinity
+
+
+def test_without_irqbalance_the_item_is_unsupported(tmp_path: Path) -> None:
+    r = irqroot.build(tmp_path / "root", irqbalance=None)
+    assert run_cli("manifest", "publish", "--root", str(r.root))[0] == 0
+    code, out, _ = run_cli(
+        "apply", "--profile", PROFILE, "--root", str(r.root), "--dry-run", "--format", "json"
+    )
+    assert code == 0
+    items = {i["key"]: i for i in json.loads(out)["items"]}
+    assert items["irq:irqbalance"]["action"] == "unsupported"
+    assert "irqbalance is not installed" in items["irq:irqbalance"]["reason"]
+
+
+def test_redhat_layout_writes_etc_sysconfig(tmp_path: Path) -> None:
+    r = irqroot.build(tmp_path / "root", irqbalance="redhat")
+    assert run_cli("manifest", "publish", "--root", str(r.root))[0] == 0
+    assert run_cli("apply", "--profile", PROFILE, "--root", str(r.root))[0] == 0
+    text = (r.root / "etc/sysconfig/irqbalance").read_text()
+    assert banned_of(text) == "1-47,49-95,97-143,145-191"
+    assert not (r.root / "etc/default/irqbalance").exists()
+
+
+def test_without_a_current_manifest_apply_discovers_and_says_so(tmp_path: Path) -> None:
+    r = irqroot.build(tmp_path / "root")  # nothing published
+    code, _, err = run_cli("apply", "--profile", PROFILE, "--root", str(r.root))
+    assert code == 0
+    notices = [line for line in err.splitlines() if line.startswith("mcpnode:")]
+    assert notices == ["mcpnode: no published manifest: discovering the topology instead"]
+    assert r.affinity(next(i for i in r.irqs if i.name == "nvidia").number) == "0,96"
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+
+def test_parse_interrupts_takes_numbered_lines_only() -> None:
+    text = (
+        "           CPU0       CPU1\n"
+        "  0:         45          0   IO-APIC   2-edge      timer\n"
+        " 28:          0          0 PCI-MSIX-0000:00:01.0   0-edge      virtio0-config\n"
+        "130:          3          1  PCI-MSIX-0000:19:00.0 1-edge mlx5_comp0@pci:0000:19:00.0\n"
+        "NMI:          0          0   Non-maskable interrupts\n"
+        "ERR:          0\n"
+    )
+    assert parse_interrupts(text) == (
+        (0, "timer"),
+        (28, "virtio0-config"),
+        (130, "mlx5_comp0@pci:0000:19:00.0"),
+    )
+
+
+def test_irqbalance_file_edit_keeps_the_rest_and_drops_the_old_mask() -> None:
+    text = "# comment\nIRQBALANCE_ARGS=--policyscript=/x\nIRQBALANCE_BANNED_CPUS=0000ff00\n"
+    out = with_banned(text, "1-47")
+    assert "IRQBALANCE_ARGS=--policyscript=/x" in out
+    assert "IRQBALANCE_BANNED_CPUS" not in out
+    assert banned_of(out) == "1-47"
+    assert banned_of(with_banned(out, "2-3")) == "2-3"
+    assert out.count("IRQBALANCE_BANNED_CPULIST=") == 1
+    assert banned_of('IRQBALANCE_BANNED_CPULIST="4-5"\n') == "4-5"
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ('policy = "everywhere"', "must be one of housekeeping, off"),
+        ('irqbalance = "stop"', "must be one of ban-slices, leave"),
+        ("cpus = 3", "unknown key"),
+    ],
+)
+def test_bad_irq_section_names_file_and_key(section: str, problem: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        parse_profile(f'[profile]\nname = "x"\n[irq]\n{section}\n', "/etc/x.toml", "x")
+    assert problem in str(err.value)
+    assert "/etc/x.toml" in str(err.value)
+
+
+def test_a_tampered_journal_cannot_aim_an_irq_restore_elsewhere() -> None:
+    def journal(key: str, path: str) -> str:
+        return json.dumps(
+            {
+                "schema": "mcpnode.tuning-journal/v1",
+                "state": "applied",
+                "profile": "x",
+                "entries": [{"key": key, "path": path, "original": "0-3"}],
+                "persist": None,
+                "modules": [],
+            }
+        )
+
+    ok = from_json(journal("irq:130", "/proc/irq/130/smp_affinity_list"), "j")
+    assert ok.entries[0].path == "/proc/irq/130/smp_affinity_list"
+    for key, path in (
+        ("irq:130", "/etc/passwd"),
+        ("irq:130", "/proc/irq/131/smp_affinity_list"),
+        ("irq:1/../../etc", "/proc/irq/1/../../etc/smp_affinity_list"),
+        ("irqbalance:debian", "/etc/sysconfig/irqbalance"),
+    ):
+        with pytest.raises(JournalError, match="is not the file of"):
+            from_json(journal(key, path), "j")
+    with pytest.raises(JournalError, match="managed_irqs"):
+        from_json(
+            journal("irq:1", "/proc/irq/1/smp_affinity_list")[:-1] + ', "managed_irqs": ["x"]}', "j"
+        )
+
+
+# -- the agent --------------------------------------------------------------------------------
+
+
+def test_the_agent_remediates_a_moved_interrupt(tmp_path: Path) -> None:
+    r = irqroot.build(tmp_path / "root")
+    root = r.root
+    (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/mcpnode.toml").write_text(
+        f'[tuning]\nprofile = "{PROFILE}"\n[drift]\ninterval = 0.3\n[metrics]\nlisten = ""\n'
+    )
+    comp = next(i for i in r.irqs if i.name.startswith("mlx5_comp7@pci:0000:9b"))
+    agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
+    try:
+        agent.wait_message("READY=1")
+        assert r.affinity(comp.number) == "48,144"  # placed at start
+        t = agent.now()
+        (root / f"proc/irq/{comp.number}/smp_affinity_list").write_text("55\n")
+        event = agent.wait_event("drift.remediated", t, key=f"irq:{comp.number}")
+        after = r.affinity(comp.number)
+        rc = agent.stop()
+    finally:
+        agent.close()
+    assert rc == 0
+    assert event["old"] == "55" and event["new"] == "48,144"
+    assert after == "48,144"
+
+
+def test_store_reports_no_managed_irqs_without_a_journal(tmp_path: Path) -> None:
+    try:
+        store = JournalStore(Host(tmp_path))
+    except McpnodeError as err:  # pragma: no cover - a root that cannot be used
+        pytest.fail(str(err))
+    assert store.managed_irqs() == frozenset()
