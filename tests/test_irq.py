@@ -9,6 +9,7 @@ restores every original."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,64 @@ def test_store_reports_no_managed_irqs_without_a_journal(tmp_path: Path) -> None
     except McpnodeError as err:  # pragma: no cover - a root that cannot be used
         pytest.fail(str(err))
     assert store.managed_irqs() == frozenset()
+
+
+# -- managed interrupts: the kernel's EIO -----------------------------------------------------
+
+
+def _unshare_reason() -> str | None:
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        return "needs root: unshare --mount and bind mounts"
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "unshare or mount is missing"
+    probe = subprocess.run(
+        ["unshare", "--mount", "--", "true"], capture_output=True, text=True, check=False
+    )
+    return None if probe.returncode == 0 else f"unshare --mount failed: {probe.stderr.strip()}"
+
+
+@pytest.mark.skipif(_unshare_reason() is not None, reason=_unshare_reason() or "")
+def test_managed_interrupts_are_recorded_not_failed(hgx: irqroot.IrqRoot) -> None:
+    """The NVMe I/O queues answer EIO on write, as the kernel does for managed vectors: apply
+    succeeds, reports them as managed, journals them, moves everything else; verify is then
+    compliant (they are skipped, not drift), and rollback restores the rest."""
+    import subprocess
+    import sys
+
+    root = hgx.root
+    managed = [i for i in hgx.irqs if i.managed]
+    assert len(managed) == 8
+    before = placed_state(root)
+    script = str(Path(__file__).parent / "irqmanagedchild.py")
+    child = subprocess.run(
+        ["unshare", "--mount", "--", sys.executable, script,
+         str(root), PROFILE, *(str(i.number) for i in managed)],
+        capture_output=True, text=True, timeout=180, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout)
+    assert result.get("returncode") == 0, result
+    doc = json.loads(result["stdout"])
+    assert sorted(o["key"] for o in doc["managed"]) == sorted(f"irq:{i.number}" for i in managed)
+    assert all(o["result"] == "managed" for o in doc["managed"])
+    assert any("kernel-managed" in n for n in doc["notes"])
+    journal = json.loads((root / "var/lib/mcpnode/tuning-journal.json").read_text())
+    assert journal["managed_irqs"] == sorted(i.number for i in managed)
+    assert not {e["key"] for e in journal["entries"]} & {f"irq:{i.number}" for i in managed}
+    for irq in managed:  # never written: the kernel kept them
+        assert hgx.affinity(irq.number) == irq.affinity
+    slices = slices_of(manifest(root))
+    for irq in hgx.irqs:
+        if not irq.managed:
+            assert not cpulist.parse(hgx.affinity(irq.number)) & slices
+
+    code, out, _ = run_cli("verify", "--profile", PROFILE, "--root", str(root), "--format", "json")
+    assert code == 0, out
+    skipped = {i["key"]: i for i in json.loads(out)["unverified"]}
+    assert "kernel-managed" in skipped[f"irq:{managed[0].number}"]["reason"]
+    assert run_cli("rollback", "--root", str(root))[0] == 0
+    assert placed_state(root) == before
