@@ -691,6 +691,12 @@ def exec_command(
 @click.argument("pid", type=int)
 @placement_options
 @click.option("--force", is_flag=True, help="Re-pin a process someone else already narrowed.")
+@click.option(
+    "--migrate",
+    is_flag=True,
+    help="Also move the process's memory to the GPU's node (migrate_pages), reporting "
+    "/proc/PID/numa_maps before and after.",
+)
 def pin(
     pid: int,
     root: str,
@@ -700,6 +706,7 @@ def pin(
     housekeeping: str | None,
     fresh: bool,
     force: bool,
+    migrate: bool,
 ) -> None:
     """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
     Refuses kernel threads, and processes already narrowed by someone else unless --force."""
@@ -708,8 +715,13 @@ def pin(
     from mcpnode.placement.apply import pin_process
 
     target = _target(root, selector, scope, membind, housekeeping, fresh)
-    result = pin_process(Host("/"), pid, target, force=force)
+    live = Host("/")
+    result = pin_process(live, pid, target, force=force)
     click.echo(render_exec.pin_text(result), nl=False)
+    if migrate:
+        from mcpnode.placement.memory import migrate_memory
+
+        click.echo(render_exec.migrate_text(migrate_memory(live, pid, target)), nl=False)
 
 
 @cli.command("systemd-dropin")
@@ -772,11 +784,13 @@ def _register() -> None:
     # Groups defined in their own modules (they import nothing heavy at load time).
     from mcpnode.cli.config_cmd import config
     from mcpnode.cli.fleet import fleet_report
+    from mcpnode.cli.placement_cmd import ps
     from mcpnode.cli.probe_cmd import probe
 
     cli.add_command(config)
     cli.add_command(fleet_report)
     cli.add_command(probe)
+    cli.add_command(ps)
 
 
 _register()
