@@ -730,6 +730,13 @@ def pin(
 @click.option(
     "--write", "do_write", is_flag=True, help="Write the drop-in under --root (atomically)."
 )
+@click.option(
+    "--slice",
+    "slice_name",
+    default=None,
+    metavar="NAME",
+    help="Also run the service in slice NAME (Slice=), outside a confined system.slice.",
+)
 def systemd_dropin(
     root: str,
     selector: str,
@@ -739,6 +746,7 @@ def systemd_dropin(
     fresh: bool,
     unit: str,
     do_write: bool,
+    slice_name: str | None,
 ) -> None:
     """Print (or --write) etc/systemd/system/NAME.service.d/50-mcpnode-placement.conf:
     CPUAffinity=, NUMAPolicy=, NUMAMask= and Environment= for the GPU's placement."""
@@ -746,8 +754,9 @@ def systemd_dropin(
     from mcpnode.placement import systemd
 
     name = systemd.unit_name(unit)
+    slice_unit = systemd.slice_name(slice_name) if slice_name is not None else None
     target = _target(root, selector, scope, membind, housekeeping, fresh)
-    text = systemd.render_dropin(name, target)
+    text = systemd.render_dropin(name, target, slice_unit)
     if not do_write:
         click.echo(text, nl=False)
         return

@@ -121,8 +121,8 @@ def _write(
     banned cpulist to set, or with `whole_file` (restores, undo) the file's original text; the
     outcome's `old` is then the whole file as it was, so an undo puts it back byte for byte."""
     try:
-        if item_key in paths.IRQBALANCE_FILES:
-            old = _write_env_file(host, path, new, whole_file)
+        if item_key in paths.FILE_KEYS:
+            old = _write_file_key(host, item_key, path, new, whole_file)
         else:
             host.write_text(path, new + "\n")
     except HostError as err:
@@ -135,25 +135,30 @@ def _write(
     return Outcome(item_key, path, old, new, written)
 
 
-def _write_env_file(host: Host, path: str, new: str, whole_file: bool) -> str | None:
-    """Set irqbalance's banned CPUs in its environment file (atomically, keeping its mode and
-    owner), or write `new` as the whole file. Returns the file's text before. Raises
-    HostError."""
+def _write_file_key(host: Host, key: str, path: str, new: str, whole_file: bool) -> str:
+    """Write a whole-file key (paths.FILE_KEYS) atomically, keeping the file's mode and owner:
+    irqbalance's banned CPUs set in its environment file (tuning/irq.py), or with `whole_file`
+    (restores, undo) and for drop-ins `new` as the whole text, "" removing the file. Returns
+    the file's text before ("" when it did not exist). Raises HostError."""
     from mcpnode.tuning.irq import MAX_ENV_FILE_BYTES, with_banned
 
     before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
+    irqbalance = key in paths.IRQBALANCE_FILES
+    text = with_banned(before or "", new) if irqbalance and not whole_file else new
+    if text == "" and not irqbalance:
+        host.remove(path)
+        return before or ""
     st = host.lstat(path)
-    text = new if whole_file else with_banned(before or "", new)
     mode = st.mode & 0o7777 if st is not None else 0o644
     owner = (st.uid, st.gid) if st is not None else None
     host.write_file_atomic(path, text.encode("utf-8"), mode=mode, owner=owner)
-    return before
+    return before or ""
 
 
 def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Outcome:
-    if entry.key in paths.IRQBALANCE_FILES:
+    if entry.key in paths.FILE_KEYS:
         try:
-            text = host.read_optional(entry.path, limit=1 << 16)
+            text = host.read_optional(entry.path, limit=1 << 16) or ""
         except HostError:
             text = None
         if text == entry.original:
@@ -392,7 +397,7 @@ def _apply(
     added = [
         JournalEntry(i.key, i.path, _original(i, state.readings.get(i.path)))
         for i in current.writes
-        if i.path not in known and (i.current is not None or i.key in paths.IRQBALANCE_FILES)
+        if i.path not in known and (i.current is not None or i.key in paths.FILE_KEYS)
     ]
     persist_record = base.persist
     if persist and persist_record is None:
@@ -484,7 +489,7 @@ def _apply(
 def _original(item: PlanItem, reading: Reading | None) -> str:
     """What the journal keeps to restore `item`: the value as read, or for an irqbalance key
     the whole environment file."""
-    if item.key in paths.IRQBALANCE_FILES:
+    if item.key in paths.FILE_KEYS:
         return reading if isinstance(reading, str) else ""
     assert item.current is not None
     return restorable(item.current)
@@ -519,7 +524,7 @@ def _fail(
     """Undo `done` in reverse, put the journal back as it was before this run, raise."""
     undone = []
     for o in reversed(done):
-        if o.key in paths.IRQBALANCE_FILES:  # the whole file as it was (None: it was absent)
+        if o.key in paths.FILE_KEYS:  # the whole file as it was ("": it was absent)
             undone.append(_write(host, o.key, o.path, o.new, o.old or "", "undo", log, True))
             continue
         assert o.old is not None

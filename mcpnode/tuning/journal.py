@@ -195,7 +195,7 @@ def from_json(text: str, where: str) -> Journal:
         key, path, original = raw["key"], raw["path"], raw["original"]
         if not isinstance(key, str) or not isinstance(path, str) or paths.path_of(key) != path:
             raise JournalError(where, f"entry {i}: {str(path)[:80]!r} is not the file of {key!r}")
-        limit = MAX_ORIGINAL_BYTES if key in paths.IRQBALANCE_FILES else 4096
+        limit = MAX_ORIGINAL_BYTES if key in paths.FILE_KEYS else 4096
         problem = _original_problem(original, limit)
         if problem:
             raise JournalError(where, f"entry {i}: original {problem}")

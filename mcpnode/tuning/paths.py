@@ -39,6 +39,18 @@ IRQBALANCE_FILES = {
 }
 _IRQ = re.compile(r"irq:([0-9]{1,6})\Z", re.ASCII)
 
+# [housekeeping] (tuning/housekeeping.py): the profile's setting, and one drop-in per confined
+# unit; only these three units, each with its one file.
+CONFINE_KEY = "housekeeping:confine"
+CONFINABLE = ("system.slice", "user.slice", "init.scope")
+HOUSEKEEPING_DROPIN = "50-mcpnode-housekeeping.conf"
+SYSTEMD_DROPINS = {
+    f"systemd:{unit}": f"/etc/systemd/system/{unit}.d/{HOUSEKEEPING_DROPIN}" for unit in CONFINABLE
+}
+# Keys whose journal original is a whole file (restored byte for byte; "" for a drop-in that
+# did not exist, which rollback removes).
+FILE_KEYS = frozenset({*IRQBALANCE_FILES, *SYSTEMD_DROPINS})
+
 TCP_CC = "net.ipv4.tcp_congestion_control"
 # Preference lists are resolved against what the kernel lists as available for that key.
 AVAILABLE_FROM = {TCP_CC: "net.ipv4.tcp_available_congestion_control"}
@@ -127,6 +139,8 @@ def path_of(key: str) -> str | None:
         return irq_affinity_path(int(m.group(1)))
     if key in IRQBALANCE_FILES:
         return IRQBALANCE_FILES[key]
+    if key in SYSTEMD_DROPINS:
+        return SYSTEMD_DROPINS[key]
     if key.startswith(GOVERNOR_KEY + ":"):
         policy = key[len(GOVERNOR_KEY) + 1 :]
         return governor_path(policy) if is_policy(policy) else None

@@ -271,6 +271,48 @@ def _irqbalance_item(setting: Setting, state: HostState) -> list[PlanItem]:
     return [PlanItem(file_key, path, rule, current, want, action, why, src)]
 
 
+def _confine_items(setting: Setting, state: HostState) -> list[PlanItem]:
+    """One drop-in per confined unit, AllowedCPUs= the housekeeping CPUs (tuning/housekeeping.py).
+    The item's current and desired are the files' whole texts ("" for absent)."""
+    from mcpnode.tuning.cpulist import format_list
+    from mcpnode.tuning.housekeeping import dropin_text
+
+    assert isinstance(setting.desired, Exact)
+    units = [u for u in setting.desired.text.split() if u in paths.CONFINABLE]
+    src = setting.source
+    out = []
+    for unit in units:
+        key = f"systemd:{unit}"
+        path = paths.SYSTEMD_DROPINS[key]
+        rule = f"{unit} AllowedCPUs= housekeeping"
+        reading = state.readings.get(path)
+        unusable = _unusable(key, path, rule, reading, src)
+        if unusable is not None:
+            out.append(unusable)
+            continue
+        assert isinstance(reading, str)
+        part = state.partition
+        if part is None:
+            why = "the housekeeping CPUs are not known to this run (no current manifest)"
+            out.append(PlanItem(key, path, rule, reading, None, "skipped", why, src))
+            continue
+        if not part.housekeeping:
+            why = "no housekeeping CPUs are reserved (housekeeping policy none)"
+            out.append(PlanItem(key, path, rule, reading, None, "unsupported", why, src))
+            continue
+        cpus = format_list(part.housekeeping)
+        want = dropin_text(unit, cpus)
+        if reading == want:
+            out.append(PlanItem(key, path, rule, reading, want, "ok", f"already {cpus}", src))
+            continue
+        lacking = privilege.missing(key, state.privileges)
+        action: Action = "needs-privilege" if lacking is not None else "set"
+        was = "absent" if reading == "" else "different"
+        why = lacking or f"drop-in {was} -> AllowedCPUs={cpus}; `systemctl daemon-reload`"
+        out.append(PlanItem(key, path, rule, reading, want, action, why, src))
+    return out
+
+
 def _same_cpus(a: str, b: str) -> bool:
     from mcpnode.tuning.cpulist import parse
 
@@ -296,6 +338,9 @@ def plan(profile: Profile, state: HostState) -> Plan:
             continue
         if setting.key == paths.IRQBALANCE_KEY:
             settings.extend(_irqbalance_item(setting, state))
+            continue
+        if setting.key == paths.CONFINE_KEY:
+            settings.extend(_confine_items(setting, state))
             continue
         path = paths.path_of(setting.key)
         assert path is not None

@@ -26,6 +26,9 @@
     policy = "housekeeping"             # device interrupts onto their node's housekeeping CPUs
     irqbalance = "ban-slices"           # IRQBALANCE_BANNED_CPULIST = the GPU slices
 
+    [housekeeping]                      # tuning/housekeeping.py; needs the CPU partition too
+    confine = ["system.slice", "user.slice", "init.scope"]   # AllowedCPUs= drop-ins
+
 Locations: the system directory (the repository's top-level `profiles/` in a source checkout
 or editable install; `<prefix>/share/mcpnode/profiles` from a wheel, installed there by
 `[tool.setuptools.data-files]`), then `/etc/mcpnode/profiles/*.toml` under the Host root,
@@ -71,7 +74,7 @@ MAX_VALUE_BYTES = 4096
 MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16
 THP_CHOICES = ("always", "madvise", "never")
-SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq")
+SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq", "housekeeping")
 IRQ_POLICIES = ("housekeeping", "off")
 IRQBALANCE_MODES = ("ban-slices", "leave")
 
@@ -403,6 +406,21 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
                 raise _err(file, option, f"must be one of {', '.join(choices)}", "irq")
             note = comments.get(("irq", option), "")
             settings.append(Setting(key, Exact(value), file, note))
+
+    hk = _section(file, doc, "housekeeping")
+    _only(file, "housekeeping", hk, ("confine",))
+    if "confine" in hk:
+        units = hk["confine"]
+        if not isinstance(units, list) or not all(u in paths.CONFINABLE for u in units):
+            raise _err(
+                file,
+                "confine",
+                f"must be a list of {', '.join(paths.CONFINABLE)}",
+                "housekeeping",
+            )
+        note = comments.get(("housekeeping", "confine"), "")
+        text = " ".join(sorted(set(units), key=paths.CONFINABLE.index))
+        settings.append(Setting(paths.CONFINE_KEY, Exact(text or "none"), file, note))
 
     mods = _section(file, doc, "modules")
     _only(file, "modules", mods, ("load",))

@@ -121,6 +121,18 @@ def read_value(host: Host, path: str) -> Reading:
     return text.rstrip("\n")
 
 
+def _file_reading(host: Host, path: str) -> Reading:
+    """A whole configuration file as a Reading: its text exactly (no newline stripped), "" when
+    it does not exist (the drop-in is not there yet), Unreadable when it cannot be read."""
+    try:
+        text = host.read_optional(path, limit=1 << 16)
+    except AccessDenied as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
+    except HostError as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
+    return "" if text is None else text
+
+
 def _optional(host: Host, path: str) -> str | None:
     value = read_value(host, path)
     return value if isinstance(value, str) else None
@@ -164,6 +176,10 @@ def read_state(
             irqbalance = irqbalance_file(host)
             if irqbalance is not None:
                 readings[irqbalance[1]] = irqbalance[2]
+            continue
+        if setting.key == paths.CONFINE_KEY:
+            for dropin in paths.SYSTEMD_DROPINS.values():
+                readings[dropin] = _file_reading(host, dropin)
             continue
         if setting.key == paths.GOVERNOR_KEY:
             names = host.listdir_optional(paths.CPUFREQ_DIR)
