@@ -66,7 +66,9 @@ from mcpnode.tuning.apply import ApplyResult, apply_profile, recover, rollback
 from mcpnode.tuning.errors import ApplyFailed
 from mcpnode.tuning.journal import Journal, JournalStore
 from mcpnode.tuning.partition import CpuPartition, needs_partition
+from mcpnode.tuning.paths import CPU_DMA_LATENCY, FORCE_LATENCY_KEY
 from mcpnode.tuning.profile import Profile, load_profile
+from mcpnode.tuning.values import Exact
 from mcpnode.tuning.verify import VerifyReport, verify
 
 EXIT_OK = 0
@@ -136,6 +138,7 @@ class Agent:
         self.started_at = _now()
         self.exit_code = EXIT_OK
         self._manifest_hash: str | None = None
+        self._latency: tuple[int | None, int | None] = (None, None)  # PM QoS (µs, fd) held
         # The freshness facts read before the discovery the manifest is built from.
         self._stamp = Stamp(None, None, None)
         self._exports: dict[str, str] = {}
@@ -214,6 +217,7 @@ class Agent:
                 # Starting is applying the configured profile: what an earlier run left in the
                 # journal is the starting point, not something to adopt.
                 self._journal_seen = self.store.identity()
+                self._hold_latency()
                 self._apply("start")
                 self._write_state()
         except LockBusy as err:
@@ -598,6 +602,33 @@ class Agent:
         self._last_apply, self._apply_error = "failed", error
         log("apply.failed", reason=reason, profile=self.profile.name, error=error)
 
+    def _hold_latency(self) -> None:
+        """Hold the profile's PM QoS `force_latency` (Host.hold_cpu_latency) for as long as the
+        agent runs, as tuned's daemon does; a changed value on reload replaces the request, a
+        profile without one withdraws it. Failing to hold it is logged, never fatal: verify then
+        reports the key in drift."""
+        setting = self.profile.setting(FORCE_LATENCY_KEY) if self.profile is not None else None
+        want = (
+            int(setting.desired.text)
+            if setting is not None and isinstance(setting.desired, Exact)
+            else None
+        )
+        if want == self._latency[0]:
+            return
+        if self._latency[1] is not None:
+            os.close(self._latency[1])
+            self.log.info("pm-qos.released", microseconds=self._latency[0])
+        self._latency = (None, None)
+        if want is None:
+            return
+        try:
+            fd = self.host.hold_cpu_latency(want)
+        except McpnodeError as err:
+            self.log.error("pm-qos.unavailable", microseconds=want, error=str(err))
+            return
+        self._latency = (want, fd)
+        self.log.info("pm-qos.held", microseconds=want, path=CPU_DMA_LATENCY)
+
     def _write_state(self) -> None:
         """Write /run/mcpnode/agent.json under the state lock (taken only if free now, or
         already held by this cycle); when it is busy, the next drift tick writes it."""
@@ -786,6 +817,7 @@ class Agent:
         self._unappliable = {}
         # A reload means "enforce the configuration": not whatever another run applied since.
         self._journal_seen = self.store.identity()
+        self._hold_latency()
         self._apply("reload")
         if config.metrics_listen != old.metrics_listen:
             if self.server is not None:
@@ -858,6 +890,9 @@ class Agent:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
+        if self._latency[1] is not None:
+            os.close(self._latency[1])  # withdraws the PM QoS request
+            self._latency = (None, None)
         with contextlib.suppress(McpnodeError):
             self.host.remove(AGENT_STATE_PATH)
         if self.metrics is not None:

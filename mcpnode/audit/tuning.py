@@ -74,7 +74,44 @@ def _published_partition(host: Host) -> CpuPartition | None:
 
 
 def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
-    return [*_compliance(facts, ctx), *_contested(facts)]
+    return [*_compliance(facts, ctx), *_contested(facts), *_bootloader(facts)]
+
+
+def _bootloader(facts: TuningFacts) -> list[Finding]:
+    """`[bootloader]` arguments configured for the next boot but not in the running kernel's
+    /proc/cmdline (tuning/bootloader.py): a reboot is due. Drift in the configuration itself is
+    tuning.drift's."""
+    if facts.report is None:
+        return []
+    out = []
+    for item in facts.report.plan.items:
+        if not item.key.startswith("bootloader:") or item.action != "ok":
+            continue
+        evidence = (Evidence(item.path or item.key, item.reason),)
+        if "reboot required" in item.reason:
+            inactive = item.reason.split("reboot required: ", 1)[1].split(" not in ")[0]
+            out.append(
+                Finding(
+                    "tuning.bootloader",
+                    Status.WARN,
+                    f"kernel arguments wanted but not active: {inactive} (configured for the "
+                    "next boot)",
+                    evidence,
+                    "Reboot the node (drain it first) so the kernel starts with them",
+                    item.key,
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "tuning.bootloader",
+                    Status.PASS,
+                    "every wanted kernel argument is configured and active",
+                    evidence,
+                    subject=item.key,
+                )
+            )
+    return out
 
 
 def _untuned(active: ActiveProfile | None) -> list[Finding]:

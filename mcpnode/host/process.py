@@ -21,6 +21,7 @@ from mcpnode.errors import (
     PlacementUnavailable,
     ProcessGone,
     ReadError,
+    WriteError,
 )
 from mcpnode.host.command import HostCommands
 from mcpnode.host.translate import _translate, _translate_task
@@ -50,6 +51,7 @@ _SYS_MIGRATE_PAGES = {
     "ppc64le": 258,
     "s390x": 287,
 }
+_CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
 # include/uapi/linux/mempolicy.h: fail if pages already there break the policy; move them.
 _MPOL_MF_STRICT = 1 << 0
 _MPOL_MF_MOVE = 1 << 1
@@ -390,3 +392,65 @@ class HostProcesses(HostCommands):
                 raise NotSupported("migrate_pages", code, "kernel without NUMA page migration")
             raise _translate(OSError(code, os.strerror(code)), f"pid:{pid}")
         return int(rc)
+
+    # -- PM QoS: the CPU latency request -------------------------------------------------------
+
+    def _pm_qos_path(self) -> str:
+        """/dev/cpu_dma_latency under the root. On a recorded root it must be a regular file
+        (a test's stand-in): a device node there is never opened."""
+        import stat as stat_mod
+
+        fs = self.fs_path(_CPU_DMA_LATENCY)
+        if not self.is_live:
+            try:
+                st = os.lstat(fs)
+            except OSError as err:
+                raise _translate(err, _CPU_DMA_LATENCY) from err
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise NotSupported(_CPU_DMA_LATENCY, None, "not a regular file in this root")
+        return fs
+
+    def read_cpu_latency(self) -> int:
+        """The CPU wake-up latency the kernel holds to now, in microseconds: the smallest of
+        every open request (reading /dev/cpu_dma_latency returns the aggregate as a 32-bit
+        int; kernel/power/qos.c cpu_latency_qos_read). 2000000000 means no request.
+        Raises PathNotFound (no PM QoS), AccessDenied, ReadError."""
+        import struct
+
+        fs = self._pm_qos_path()
+        try:
+            fd = os.open(fs, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.read(fd, 4)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise _translate(err, _CPU_DMA_LATENCY) from err
+        if len(data) != 4:
+            raise ReadError(_CPU_DMA_LATENCY, None, f"{len(data)} bytes, expected 4")
+        return int(struct.unpack("=i", data)[0])
+
+    def hold_cpu_latency(self, microseconds: int) -> int:
+        """Ask the kernel to keep CPU wake-up latency at most `microseconds` for as long as the
+        returned descriptor stays open: open /dev/cpu_dma_latency and write the value as a
+        32-bit int (Documentation/power/pm_qos_interface.rst; tuned's cpu plugin does the same
+        for `force_latency`). Closing the descriptor (os.close, or the process exiting)
+        withdraws the request. Raises PathNotFound, AccessDenied (needs root), WriteError."""
+        import struct
+
+        if not 0 <= microseconds < 1 << 31:
+            raise WriteError(_CPU_DMA_LATENCY, errno_mod.EINVAL, f"{microseconds} is not a latency")
+        fs = self._pm_qos_path()
+        try:
+            fd = os.open(fs, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise _translate(err, _CPU_DMA_LATENCY) from err
+        try:
+            written = os.write(fd, struct.pack("=i", microseconds))
+        except OSError as err:
+            os.close(fd)
+            raise _translate(err, _CPU_DMA_LATENCY) from err
+        if written != 4:
+            os.close(fd)
+            raise WriteError(_CPU_DMA_LATENCY, None, f"short write: {written} of 4 bytes")
+        return fd

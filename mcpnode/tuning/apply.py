@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 import structlog
 
 from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.host import FileStat, Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
 from mcpnode.tuning.journal import (
@@ -121,7 +121,9 @@ def _write(
     banned cpulist to set, or with `whole_file` (restores, undo) the file's original text; the
     outcome's `old` is then the whole file as it was, so an undo puts it back byte for byte."""
     try:
-        if item_key in paths.FILE_KEYS:
+        if item_key == paths.GRUBBY_KEY:
+            old = _write_grubby(host, new, whole_file)
+        elif item_key in paths.FILE_KEYS:
             old = _write_file_key(host, item_key, path, new, whole_file)
         else:
             host.write_text(path, new + "\n")
@@ -145,20 +147,55 @@ def _write_file_key(host: Host, key: str, path: str, new: str, whole_file: bool)
     before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
     irqbalance = key in paths.IRQBALANCE_FILES
     text = with_banned(before or "", new) if irqbalance and not whole_file else new
-    if text == "" and not irqbalance:
-        host.remove(path)
-        return before or ""
     st = host.lstat(path)
-    mode = st.mode & 0o7777 if st is not None else 0o644
-    owner = (st.uid, st.gid) if st is not None else None
-    host.write_file_atomic(path, text.encode("utf-8"), mode=mode, owner=owner)
+    _put(host, path, text, st, keep_empty=irqbalance)
+    if key == "bootloader:grub":
+        from mcpnode.tuning.bootloader import regenerate_grub
+
+        try:
+            regenerate_grub(host)  # GRUB reads grub.cfg, not the drop-in (tuning/bootloader.py)
+        except HostError:
+            # This step failed as a whole: the drop-in goes back before the error is reported,
+            # so the caller's undo (which skips a failed write) has nothing left behind.
+            _put(host, path, before or "", st, keep_empty=False)
+            raise
     return before or ""
 
 
+def _put(host: Host, path: str, text: str, st: FileStat | None, *, keep_empty: bool) -> None:
+    """`text` as the whole file (mode and owner of `st` kept); "" removes it unless
+    `keep_empty`."""
+    if text == "" and not keep_empty:
+        host.remove(path)
+        return
+    mode = st.mode & 0o7777 if st is not None else 0o644
+    owner = (st.uid, st.gid) if st is not None else None
+    host.write_file_atomic(path, text.encode("utf-8"), mode=mode, owner=owner)
+
+
+def _write_grubby(host: Host, new: str, whole: bool) -> str:
+    """Add the arguments `new` to every kernel with grubby, or with `whole` bring the default
+    kernel's arguments back to `new` (tuning/bootloader.py). Returns the arguments before.
+    Raises HostError (CommandFailed, NotSupported)."""
+    from mcpnode.tuning import bootloader
+
+    before = bootloader.grubby_args(host) or ""
+    if whole:
+        bootloader.grubby_restore(host, new)
+    else:
+        bootloader.grubby_update(host, new.split())
+    return before
+
+
 def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Outcome:
-    if entry.key in paths.FILE_KEYS:
+    if entry.key in paths.RAW_KEYS:
         try:
-            text = host.read_optional(entry.path, limit=1 << 16) or ""
+            if entry.key == paths.GRUBBY_KEY:
+                from mcpnode.tuning.bootloader import grubby_args
+
+                text = grubby_args(host)
+            else:
+                text = host.read_optional(entry.path, limit=1 << 16) or ""
         except HostError:
             text = None
         if text == entry.original:
@@ -397,7 +434,7 @@ def _apply(
     added = [
         JournalEntry(i.key, i.path, _original(i, state.readings.get(i.path)))
         for i in current.writes
-        if i.path not in known and (i.current is not None or i.key in paths.FILE_KEYS)
+        if i.path not in known and (i.current is not None or i.key in paths.RAW_KEYS)
     ]
     persist_record = base.persist
     if persist and persist_record is None:
@@ -469,6 +506,11 @@ def _apply(
             f"{len(managed)} interrupt(s) are kernel-managed (EIO on write): left where the "
             "kernel put them, recorded in the journal"
         )
+    booted = [i for i in current.items if i.key.startswith("bootloader:")]
+    if any(o.key.startswith("bootloader:") for o in done):
+        notes.append("reboot required: the kernel command line changes at the next boot")
+    elif any("reboot required" in i.reason for i in booted):
+        notes.append(next(i.reason for i in booted if "reboot required" in i.reason))
     if any(o.key in paths.IRQBALANCE_FILES and not o.failed for o in done):
         notes.append("irqbalance reads its banned CPUs at start: `systemctl restart irqbalance`")
     return ApplyResult(
@@ -489,7 +531,7 @@ def _apply(
 def _original(item: PlanItem, reading: Reading | None) -> str:
     """What the journal keeps to restore `item`: the value as read, or for an irqbalance key
     the whole environment file."""
-    if item.key in paths.FILE_KEYS:
+    if item.key in paths.RAW_KEYS:
         return reading if isinstance(reading, str) else ""
     assert item.current is not None
     return restorable(item.current)
@@ -524,7 +566,7 @@ def _fail(
     """Undo `done` in reverse, put the journal back as it was before this run, raise."""
     undone = []
     for o in reversed(done):
-        if o.key in paths.FILE_KEYS:  # the whole file as it was ("": it was absent)
+        if o.key in paths.RAW_KEYS:  # the whole file (or grubby's args) as it was
             undone.append(_write(host, o.key, o.path, o.new, o.old or "", "undo", log, True))
             continue
         assert o.old is not None

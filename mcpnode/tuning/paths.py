@@ -23,6 +23,10 @@ THP_KEY = "vm:transparent_hugepage"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 CPUFREQ_DIR = "/sys/devices/system/cpu/cpufreq"
 GOVERNOR_KEY = "cpu:governor"
+# PM QoS: held by the agent (Host.hold_cpu_latency), never written to a file or journaled.
+FORCE_LATENCY_KEY = "cpu:force_latency"
+CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
+PM_QOS_NONE = 2000000000  # PM_QOS_CPU_LATENCY_DEFAULT_VALUE: no request
 
 # [irq] (tuning/irq.py). The profile's two settings; the plan expands IRQ_POLICY_KEY into one
 # `irq:N` item per interrupt.
@@ -47,9 +51,23 @@ HOUSEKEEPING_DROPIN = "50-mcpnode-housekeeping.conf"
 SYSTEMD_DROPINS = {
     f"systemd:{unit}": f"/etc/systemd/system/{unit}.d/{HOUSEKEEPING_DROPIN}" for unit in CONFINABLE
 }
+# [bootloader] (tuning/bootloader.py): the profile's setting, and one key per way of changing
+# the command line, each with the one path it changes (grubby edits the BLS entries itself;
+# mcpnode never writes under /boot).
+BOOTLOADER_KEY = "bootloader:cmdline"
+BOOT_PATHS = {
+    "bootloader:grub": "/etc/default/grub.d/90-mcpnode.cfg",
+    "bootloader:grubby": "/boot/loader/entries",
+    "bootloader:kernelstub": "/etc/kernelstub/configuration",
+}
+GRUBBY_KEY = "bootloader:grubby"
+
 # Keys whose journal original is a whole file (restored byte for byte; "" for a drop-in that
 # did not exist, which rollback removes).
-FILE_KEYS = frozenset({*IRQBALANCE_FILES, *SYSTEMD_DROPINS})
+FILE_KEYS = frozenset({*IRQBALANCE_FILES, *SYSTEMD_DROPINS, "bootloader:grub"})
+# Keys whose journal original is kept exactly as read (no field normalisation): the files, and
+# grubby's argument string.
+RAW_KEYS = FILE_KEYS | {GRUBBY_KEY}
 
 TCP_CC = "net.ipv4.tcp_congestion_control"
 # Preference lists are resolved against what the kernel lists as available for that key.
@@ -141,6 +159,8 @@ def path_of(key: str) -> str | None:
         return IRQBALANCE_FILES[key]
     if key in SYSTEMD_DROPINS:
         return SYSTEMD_DROPINS[key]
+    if key in ("bootloader:grub", GRUBBY_KEY):
+        return BOOT_PATHS[key]
     if key.startswith(GOVERNOR_KEY + ":"):
         policy = key[len(GOVERNOR_KEY) + 1 :]
         return governor_path(policy) if is_policy(policy) else None

@@ -313,6 +313,73 @@ def _confine_items(setting: Setting, state: HostState) -> list[PlanItem]:
     return out
 
 
+def _boot_items(setting: Setting, state: HostState) -> list[PlanItem]:
+    """One item: the boot configuration holds every wanted argument (tuning/bootloader.py).
+    `ok` says whether the running kernel has them too, or that a reboot is required."""
+    from mcpnode.tuning import bootloader as bl
+    from mcpnode.tuning.cpulist import format_list
+
+    assert isinstance(setting.desired, Exact)
+    src = setting.source
+    args, isolate = bl.decode(setting.desired.text)
+    slices = format_list(state.partition.slices) if state.partition is not None else None
+    wanted = bl.wanted_args(args, isolate, slices)
+    rule = "kernel command line: " + " ".join(args + [f"{i}=<GPU slices>" for i in isolate])
+    boot = state.boot
+    key = boot.key if boot is not None else setting.key
+    if wanted is None:
+        why = "the GPU slices are not known to this run (no current manifest)"
+        return [PlanItem(key, "", rule, None, None, "skipped", why, src)]
+    if boot is None or boot.method in ("kernelstub", "systemd-boot", "none"):
+        why = boot.why if boot is not None else "not detected"
+        return [PlanItem(key, "", rule, None, " ".join(wanted), "unsupported", why, src)]
+    if boot.configured is None or boot.content is None:
+        return [PlanItem(key, boot.path, rule, None, None, "skipped", boot.why, src, unread=True)]
+    running = bl.split_cmdline(state.cmdline or "")
+    inactive = bl.missing(wanted, running)
+    todo = bl.missing(wanted, boot.configured)
+    current = boot.content if boot.method == "grub" else " ".join(boot.configured)
+    if boot.method == "grub":
+        keep = [a for a in boot.configured if a.partition("=")[0] not in bl.last_values(wanted)]
+        desired = bl.grub_dropin_text(keep + wanted)
+    else:
+        desired = " ".join(wanted)
+    after = (
+        "active now"
+        if not inactive
+        else (f"reboot required: {' '.join(inactive)} not in /proc/cmdline")
+    )
+    if not todo:
+        return [PlanItem(key, boot.path, rule, current, desired, "ok", f"configured; {after}", src)]
+    if boot.method == "grub" and boot.regen is None:
+        return [PlanItem(key, boot.path, rule, current, desired, "unsupported", boot.why, src)]
+    lacking = privilege.missing(key, state.privileges)
+    action: Action = "needs-privilege" if lacking is not None else "set"
+    how = "grubby --update-kernel=ALL" if boot.method == "grubby" else " ".join(boot.regen or ())
+    why = lacking or f"add {' '.join(todo)} ({how}); reboot required"
+    return [PlanItem(key, boot.path, rule, current, desired, action, why, src)]
+
+
+def _latency_item(setting: Setting, state: HostState) -> PlanItem:
+    """PM QoS `force_latency`: satisfied when the latency in force is at most the wanted one
+    (the kernel keeps the smallest request). Only a running process can hold a request, so
+    when it is not held this is `skipped` for apply (the agent holds it: agent/service.py) and
+    reported by verify as unverified, never written."""
+    assert isinstance(setting.desired, Exact)
+    want = int(setting.desired.text)
+    key, path, src = setting.key, paths.CPU_DMA_LATENCY, setting.source
+    rule = f"<= {want} us"
+    now = state.cpu_latency
+    if not isinstance(now, int):
+        why = now or f"{path} was not read"
+        return PlanItem(key, path, rule, None, str(want), "skipped", why, src, unread=True)
+    shown = "none requested" if now >= paths.PM_QOS_NONE else f"{now} us"
+    if now <= want:
+        return PlanItem(key, path, rule, str(now), str(want), "ok", f"held: {shown}", src)
+    why = f"{shown}: held only while `mcpnode agent` runs (it keeps {path} open)"
+    return PlanItem(key, path, rule, str(now), str(want), "skipped", why, src)
+
+
 def _same_cpus(a: str, b: str) -> bool:
     from mcpnode.tuning.cpulist import parse
 
@@ -341,6 +408,12 @@ def plan(profile: Profile, state: HostState) -> Plan:
             continue
         if setting.key == paths.CONFINE_KEY:
             settings.extend(_confine_items(setting, state))
+            continue
+        if setting.key == paths.BOOTLOADER_KEY:
+            settings.extend(_boot_items(setting, state))
+            continue
+        if setting.key == paths.FORCE_LATENCY_KEY:
+            settings.append(_latency_item(setting, state))
             continue
         path = paths.path_of(setting.key)
         assert path is not None

@@ -21,6 +21,7 @@
 
     [cpu]
     governor = ["performance", "schedutil"]   # first one each cpufreq policy offers
+    force_latency = 2                   # µs; PM QoS, held by the agent while it runs
 
     [irq]                               # tuning/irq.py; needs the host's CPU partition
     policy = "housekeeping"             # device interrupts onto their node's housekeeping CPUs
@@ -62,7 +63,7 @@ from typing import Any, Literal
 
 from mcpnode.errors import HostError, RootError
 from mcpnode.host import Host
-from mcpnode.tuning import keytypes, paths, tomlsafe
+from mcpnode.tuning import bootloader, keytypes, paths, tomlsafe
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
@@ -74,7 +75,7 @@ MAX_VALUE_BYTES = 4096
 MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16
 THP_CHOICES = ("always", "madvise", "never")
-SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq", "housekeeping")
+SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq", "housekeeping", "bootloader")
 IRQ_POLICIES = ("housekeeping", "off")
 IRQBALANCE_MODES = ("ban-slices", "leave")
 
@@ -343,9 +344,19 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
 
     raw_allowed = head.get("allow_sensitive", [])
     if not isinstance(raw_allowed, list) or not all(
-        isinstance(k, str) and paths.sysctl_key_problem(k) is None for k in raw_allowed
+        isinstance(k, str)
+        and (
+            paths.sysctl_key_problem(k) is None
+            or (k.startswith("cmdline:") and bootloader.ARG.match(k[len("cmdline:") :]))
+        )
+        for k in raw_allowed
     ):
-        raise _err(file, "allow_sensitive", "must be a list of sysctl names", "profile")
+        raise _err(
+            file,
+            "allow_sensitive",
+            "must be a list of sysctl names and cmdline:NAME kernel parameters",
+            "profile",
+        )
     allowed = frozenset(raw_allowed)
 
     settings: list[Setting] = []
@@ -364,7 +375,40 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
             )
         note = comments.get(("sysctl", key), "")
         settings.append(Setting(key, _sysctl_value(file, key, value), file, note))
-    unused = sorted(allowed - {s.key for s in settings})
+    boot = _section(file, doc, "bootloader")
+    _only(file, "bootloader", boot, ("cmdline", "isolate"))
+    used_sensitive: set[str] = set()
+    if boot:
+        cmdline = boot.get("cmdline", [])
+        isolate = boot.get("isolate", [])
+        if not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline):
+            raise _err(file, "cmdline", "must be a list of kernel parameters", "bootloader")
+        for arg in cmdline:
+            problem = bootloader.arg_problem(arg)
+            if problem:
+                raise _err(file, "cmdline", problem, "bootloader")
+            flag = "cmdline:" + arg.partition("=")[0]
+            why = bootloader.sensitive_arg(arg)
+            if why is not None and flag not in allowed:
+                raise _err(
+                    file,
+                    "cmdline",
+                    f"sensitive: {arg} {why}. It needs `allow_sensitive = [{flag!r}]` in this "
+                    "file's [profile] table",
+                    "bootloader",
+                )
+            if why is not None:
+                used_sensitive.add(flag)
+        if not isinstance(isolate, list) or not all(i in bootloader.ISOLATE for i in isolate):
+            raise _err(
+                file, "isolate", f"must be a list of {', '.join(bootloader.ISOLATE)}", "bootloader"
+            )
+        note = comments.get(("bootloader", "cmdline"), "") or comments.get(
+            ("bootloader", "isolate"), ""
+        )
+        value = Exact(bootloader.encode(cmdline, isolate))
+        settings.append(Setting(paths.BOOTLOADER_KEY, value, file, note))
+    unused = sorted(allowed - {s.key for s in settings} - used_sensitive)
     if unused:
         raise _err(
             file,
@@ -385,7 +429,13 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
         settings.append(Setting(paths.THP_KEY, Exact(thp), file, note))
 
     cpu = _section(file, doc, "cpu")
-    _only(file, "cpu", cpu, ("governor",))
+    _only(file, "cpu", cpu, ("governor", "force_latency"))
+    if "force_latency" in cpu:
+        us = cpu["force_latency"]
+        if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 1_000_000:
+            raise _err(file, "force_latency", "must be microseconds, 0 to 1000000", "cpu")
+        note = comments.get(("cpu", "force_latency"), "")
+        settings.append(Setting(paths.FORCE_LATENCY_KEY, Exact.of(us), file, note))
     if "governor" in cpu:
         gov = cpu["governor"]
         wanted = _token_list(

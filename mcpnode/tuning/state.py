@@ -20,6 +20,7 @@ from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.values import Prefer
 
 if TYPE_CHECKING:
+    from mcpnode.tuning.bootloader import Boot
     from mcpnode.tuning.irq import IrqReading
     from mcpnode.tuning.partition import CpuPartition
 
@@ -60,6 +61,9 @@ class HostState:
     partition: the housekeeping CPUs and GPU slices `[irq]` places against; None when the
                caller could not tell (no manifest and no discovery in this run)
     managed:   interrupts the kernel refused to move (EIO) in an earlier apply (the journal)
+    boot:      how the kernel command line is configured (`[bootloader]` only)
+    cpu_latency: the PM QoS CPU latency in force now, µs (`force_latency` only): an int, or why
+               it could not be read
     """
 
     readings: Mapping[str, Reading]
@@ -73,6 +77,8 @@ class HostState:
     irqbalance: tuple[str, str, Reading] | None = None
     partition: CpuPartition | None = None
     managed: frozenset[int] = frozenset()
+    boot: Boot | None = None
+    cpu_latency: int | str | None = None
 
 
 def parse_status(text: str | None) -> Privileges:
@@ -162,7 +168,23 @@ def read_state(
 
     irqs = None
     irqbalance = None
+    boot = None
+    cpu_latency: int | str | None = None
     for setting in profile.settings:
+        if setting.key == paths.FORCE_LATENCY_KEY:
+            try:
+                cpu_latency = host.read_cpu_latency()
+            except HostError as err:
+                cpu_latency = f"cannot read {paths.CPU_DMA_LATENCY}: {err.detail}"
+            continue
+        if setting.key == paths.BOOTLOADER_KEY:
+            from mcpnode.tuning.bootloader import detect
+
+            boot = detect(host)
+            if boot.content is not None:
+                readings[boot.path] = boot.content
+            cmdline = _optional(host, paths.PROC_CMDLINE)
+            continue
         if setting.key == paths.IRQ_POLICY_KEY:
             from mcpnode.tuning.irq import read_irqs
 
@@ -202,7 +224,16 @@ def read_state(
             wanted_modules.update(setting.desired.load)
 
     for path in extra_paths:
-        if path not in readings:
+        if path in readings:
+            continue
+        if path == paths.BOOT_PATHS[paths.GRUBBY_KEY]:
+            from mcpnode.tuning.bootloader import grubby_args
+
+            args = grubby_args(host)
+            readings[path] = args if args is not None else Absent("grubby does not answer")
+        elif path in paths.SYSTEMD_DROPINS.values() or path == paths.BOOT_PATHS["bootloader:grub"]:
+            readings[path] = _file_reading(host, path)
+        else:
             readings[path] = read_value(host, path)
 
     modules: frozenset[str] | None = None
@@ -223,4 +254,6 @@ def read_state(
         irqbalance=irqbalance,
         partition=partition,
         managed=managed,
+        boot=boot,
+        cpu_latency=cpu_latency,
     )
