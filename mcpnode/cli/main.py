@@ -694,8 +694,8 @@ def exec_command(
 @click.option(
     "--migrate",
     is_flag=True,
-    help="Also move the process's memory to the GPU's node (migrate_pages), reporting "
-    "/proc/PID/numa_maps before and after.",
+    help="Also move the process's memory to the GPU's node (migrate_pages), reporting its "
+    "numa_maps before and after.",
 )
 def pin(
     pid: int,
