@@ -227,7 +227,7 @@ def _nic_choice(c: NicChoice) -> dict[str, Any]:
 
 
 def _placement(p: GpuPlacement) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "index": p.index,
         "uuid": p.uuid,
         "address": str(p.address),
@@ -240,6 +240,19 @@ def _placement(p: GpuPlacement) -> dict[str, Any]:
         "nvlink_peers": list(p.nvlink_peers),
         "env": dict(p.env),
     }
+    if p.mig:  # only in MIG mode: manifests of other GPUs stay as they were
+        out["mig_devices"] = [
+            {
+                "uuid": m.uuid,
+                "gpu_instance_id": m.gpu_instance_id,
+                "compute_instance_id": m.compute_instance_id,
+                "memory_mib": m.memory_mib,
+                "profile": m.profile,
+                "env": dict(m.env),
+            }
+            for m in p.mig
+        ]
+    return out
 
 
 def _tuning(tuning: VerifyReport | str | None, source: str | None) -> dict[str, Any]:

@@ -32,7 +32,13 @@ from typing import Any
 
 from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import Host
-from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement, plan_placement
+from mcpnode.placement.plan import (
+    GpuPlacement,
+    MigPlacement,
+    NicChoice,
+    Placement,
+    plan_placement,
+)
 from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_pci_address
@@ -206,6 +212,9 @@ def _gpu(raw: object, i: int) -> GpuPlacement:
         raise ManifestError(f"manifest: {where}.nvlink_peers is not a list of indices")
     source = _str(raw, "numa_source", where)
     assert source is not None
+    migs = raw.get("mig_devices", [])
+    if not isinstance(migs, list):
+        raise ManifestError(f"manifest: {where}.mig_devices is not a list")
     return GpuPlacement(
         index=_int(raw, "index", where),
         uuid=_str(raw, "uuid", where, optional=True),
@@ -217,6 +226,27 @@ def _gpu(raw: object, i: int) -> GpuPlacement:
         memory_nodes=_cpus(raw, "memory_nodes", where),
         nics=tuple(_nic(n, f"{where}.nics[{j}]") for j, n in enumerate(nics)),
         nvlink_peers=tuple(peers),
+        env=tuple(env.items()),
+        mig=tuple(_mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
+    )
+
+
+def _mig(raw: object, where: str) -> MigPlacement:
+    if not isinstance(raw, dict):
+        raise ManifestError(f"manifest: {where} is not an object")
+    env = raw.get("env")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ManifestError(f"manifest: {where}.env is not an object of strings")
+    uuid = _str(raw, "uuid", where)
+    assert uuid is not None
+    return MigPlacement(
+        uuid=uuid,
+        gpu_instance_id=_opt_int(raw, "gpu_instance_id", where),
+        compute_instance_id=_opt_int(raw, "compute_instance_id", where),
+        memory_mib=_opt_int(raw, "memory_mib", where),
+        profile=_str(raw, "profile", where, optional=True),
         env=tuple(env.items()),
     )
 

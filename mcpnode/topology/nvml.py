@@ -309,6 +309,8 @@ class LiveNvml:
         rest = args[1:]
         if fn == "nvmlDeviceGetGpuFabricInfo":
             return self._fabric(nvml, h)
+        if fn == "nvmlDeviceGetMigDeviceInfo":
+            return self._mig_device(nvml, h, rest[0])
         getter = getattr(nvml, fn, None)
         if getter is None:
             # An older binding without this function: same answer as a driver without the symbol.
@@ -330,6 +332,23 @@ class LiveNvml:
         if isinstance(value, (str, bytes)):
             return _text(value)
         return int(value)
+
+    @staticmethod
+    def _mig_device(nvml: Any, h: Any, slot: int) -> dict[str, Any]:
+        """One MIG device, asked through its own handle (handles never leave this class, so
+        the recording names the parent's index and the slot): nvmlDeviceGetMigDeviceHandleByIndex
+        (NotFound for an empty slot), then nvmlDeviceGetUUID, ...GetGpuInstanceId,
+        ...GetComputeInstanceId and nvmlDeviceGetAttributes (memorySizeMB,
+        gpuInstanceSliceCount) on it."""
+        mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+        attrs = nvml.nvmlDeviceGetAttributes(mig)
+        return {
+            "uuid": _text(nvml.nvmlDeviceGetUUID(mig)),
+            "gpuInstanceId": int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+            "computeInstanceId": int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+            "memorySizeMB": int(attrs.memorySizeMB),
+            "gpuInstanceSliceCount": int(attrs.gpuInstanceSliceCount),
+        }
 
     def _fabric(self, nvml: Any, h: Any) -> dict[str, Any]:
         """Fabric state: nvmlDeviceGetGpuFabricInfoV (driver >= 550, v3 struct) when the driver
