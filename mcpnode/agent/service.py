@@ -293,7 +293,13 @@ class Agent:
     def _start_pinner(self) -> None:
         from mcpnode.agent.autopin import AutoPinner
 
-        self.pinner = AutoPinner(self.live, self.config.pin_rules, self.config.pin_scope, self.log)
+        self.pinner = AutoPinner(
+            self.live,
+            self.config.pin_rules,
+            self.config.pin_scope,
+            self.log,
+            migrate=self.config.pin_migrate,
+        )
 
     # -- timers -----------------------------------------------------------------------------------
 
@@ -824,7 +830,11 @@ class Agent:
                 self.server.close()
                 self.server = None
             self._start_metrics()
-        if config.autopin and (not old.autopin or config.pin_rules != old.pin_rules):
+        if config.autopin and (
+            not old.autopin
+            or config.pin_rules != old.pin_rules
+            or config.pin_migrate != old.pin_migrate
+        ):
             self._start_pinner()
             self._schedule("pin", 0.0, self._pin_tick)
         elif not config.autopin and old.autopin:
