@@ -14,6 +14,8 @@ and lays over it what `[irq]` reads and writes, from the devices discovery finds
   `/proc/irq/default_smp_affinity`;
 * `/etc/default/irqbalance` as Debian's irqbalance 1.9.2 package ships it (comments, one
   `#IRQBALANCE_ONESHOT=` style assignment commented out);
+* `queues/rx-0..3/rps_cpus` (RPS off: all-zero words, one per 32 CPUs) for each interface
+  backed by a device;
 * the freshness facts of a live kernel (boot id, uevent seqnum), so a published manifest is
   current.
 
@@ -160,6 +162,15 @@ def build(dest: Path, name: str = HGX, *, irqbalance: str | None = "debian") -> 
         put(dest, "etc/default/irqbalance", IRQBALANCE_DEBIAN)
     elif irqbalance == "redhat":
         put(dest, "etc/sysconfig/irqbalance", IRQBALANCE_DEBIAN)
+    off = ",".join(["00000000"] * (max(online) // 32 + 1))
+    net = dest / "sys/class/net"
+    for link in sorted(net.iterdir()) if net.is_dir() else []:
+        if not (link / "device").exists():
+            continue  # lo and other virtual interfaces: no queues to steer
+        for q in range(4):
+            rx = link.resolve() / "queues" / f"rx-{q}"
+            rx.mkdir(parents=True, exist_ok=True)
+            (rx / "rps_cpus").write_text(off + "\n")
     put(dest, "proc/sys/kernel/random/boot_id", "9a3e1f7c-5b2d-4c8e-a1f0-2d6b7c8e9f01\n")
     put(dest, "sys/kernel/uevent_seqnum", "20417\n")
     return IrqRoot(dest, irqs, online)

@@ -307,3 +307,50 @@ def test_managed_interrupts_are_recorded_not_failed(hgx: irqroot.IrqRoot) -> Non
     assert "kernel-managed" in skipped[f"irq:{managed[0].number}"]["reason"]
     assert run_cli("rollback", "--root", str(root))[0] == 0
     assert placed_state(root) == before
+
+
+# -- RPS -------------------------------------------------------------------------------------
+
+STEERED = """\
+[profile]
+name = "steered"
+summary = "interrupts and receive packet steering on the housekeeping CPUs"
+include = ["inference-throughput"]
+
+[irq]
+# Test: RPS too.
+rps = "housekeeping"
+"""
+
+
+def test_rps_steers_every_nic_queue_to_its_nodes_housekeeping(hgx: irqroot.IrqRoot) -> None:
+    root = hgx.root
+    (root / "etc/mcpnode/profiles").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/profiles/steered.toml").write_text(STEERED)
+    queues = sorted(root.glob("sys/devices/**/net/*/queues/rx-*/rps_cpus"))
+    assert len(queues) == 9 * 4  # eno1 and the eight ConnectX ports, four queues each
+    before = {q: q.read_text() for q in queues}
+    code, _, err = run_cli("apply", "--profile", "steered", "--root", str(root))
+    assert code == 0, err
+    nics = {n["netdevs"][0]["name"]: n["numa_node"] for n in manifest(root)["nics"]}
+    for q in queues:
+        dev = q.parent.parent.parent.name
+        want = {0, 96} if nics[dev] == 0 else {48, 144}
+        assert cpulist.parse_mask(q.read_text()) == want, (dev, q.read_text())
+    assert run_cli("verify", "--profile", "steered", "--root", str(root))[0] == 0
+    assert run_cli("rollback", "--root", str(root))[0] == 0
+    assert {q: q.read_text() for q in queues} == before
+
+
+def test_cpu_masks_round_trip() -> None:
+    for ids, groups, text in (
+        ({0}, 1, "00000001"),
+        ({0, 32, 33}, 1, "00000003,00000001"),
+        ({0, 96, 48, 144}, 6, "00000000,00010000,00000001,00000000,00010000,00000001"),
+        (set(), 2, "00000000,00000000"),
+    ):
+        assert cpulist.format_mask(ids, groups) == text
+        assert cpulist.parse_mask(text) == frozenset(ids)
+    for bad in ("", "x", "0x1", "1,,2", "123456789"):
+        with pytest.raises(ValueError):
+            cpulist.parse_mask(bad)

@@ -39,3 +39,28 @@ def format_list(ids: Iterable[int]) -> str:
         else:
             runs.append((i, i))
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def parse_mask(text: str) -> frozenset[int]:
+    """A kernel CPU bitmap (`rps_cpus`, `smp_affinity`): comma-separated hex words of 32 bits,
+    most significant first, `00000000,00000101` -> {0, 2, 32}. Raises ValueError."""
+    text = text.strip()
+    words = text.split(",") if text else []
+    if not words or not all(re.fullmatch(r"[0-9a-fA-F]{1,8}", w, re.ASCII) for w in words):
+        raise ValueError(f"not a CPU mask: {text[:60]!r}")
+    out: set[int] = set()
+    for i, word in enumerate(reversed(words)):
+        value = int(word, 16)
+        out.update(32 * i + b for b in range(32) if value >> b & 1)
+    return frozenset(out)
+
+
+def format_mask(ids: Iterable[int], groups: int = 1) -> str:
+    """`ids` as the kernel prints a bitmap, at least `groups` 32-bit words (zero-padded)."""
+    cpus = set(ids)
+    n = max(groups, (max(cpus) // 32 + 1) if cpus else 1)
+    words = []
+    for i in reversed(range(n)):
+        value = sum(1 << (c - 32 * i) for c in cpus if 32 * i <= c < 32 * (i + 1))
+        words.append(f"{value:08x}")
+    return ",".join(words)

@@ -143,3 +143,44 @@ def with_banned(text: str, banned: str) -> str:
         f"{BANNED_VAR}={banned}",
     ]
     return "\n".join(keep) + "\n"
+
+
+# -- RPS: receive packet steering -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RpsReading:
+    """One receive queue of a NIC (`/sys/class/net/DEV/queues/rx-N/rps_cpus`): the CPUs that
+    may process its packets after the interrupt (Documentation/networking/scaling.rst; 0: RPS
+    off, processing stays on the interrupt's CPU), and the NIC's NUMA node."""
+
+    dev: str
+    queue: int
+    node: int | None
+    mask: Reading
+
+
+def read_rps(host: Host) -> tuple[RpsReading, ...] | None:
+    """Every rx queue of every interface backed by a device (`/sys/class/net/DEV/device`:
+    virtual ones, lo, veth, bridges, have none and are left alone). None without
+    /sys/class/net."""
+    names = host.listdir_optional(paths.SYS_CLASS_NET)
+    if names is None:
+        return None
+    out = []
+    for dev in sorted(names):
+        base = f"{paths.SYS_CLASS_NET}/{dev}"
+        if paths.rps_key(dev, 0) is None or not host.exists(f"{base}/device"):
+            continue
+        node_text = read_value(host, f"{base}/device/numa_node")
+        node = None
+        if isinstance(node_text, str) and node_text.strip().isdigit():
+            node = int(node_text.strip())
+        for entry in sorted(host.listdir_optional(f"{base}/queues") or []):
+            number = entry.removeprefix("rx-")
+            if not entry.startswith("rx-") or not number.isascii() or not number.isdigit():
+                continue
+            mask = read_value(host, paths.rps_path(dev, int(number)))
+            if isinstance(mask, (str, Unreadable)):
+                out.append(RpsReading(dev, int(number), node, mask))
+    return tuple(out)

@@ -10,7 +10,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mcpnode.tuning.cpulist import format_list, parse
-from mcpnode.tuning.paths import BOOTLOADER_KEY, CONFINE_KEY, IRQ_POLICY_KEY, IRQBALANCE_KEY
+from mcpnode.tuning.paths import (
+    BOOTLOADER_KEY,
+    CONFINE_KEY,
+    IRQ_POLICY_KEY,
+    IRQ_RPS_KEY,
+    IRQBALANCE_KEY,
+)
 
 
 @dataclass(frozen=True)
@@ -72,5 +78,5 @@ def _text(obj: object, key: str) -> str:
 
 def needs_partition(settings_keys: Iterable[str]) -> bool:
     """Whether a profile with these setting keys places anything against the partition."""
-    keys = (IRQ_POLICY_KEY, IRQBALANCE_KEY, CONFINE_KEY, BOOTLOADER_KEY)
+    keys = (IRQ_POLICY_KEY, IRQBALANCE_KEY, IRQ_RPS_KEY, CONFINE_KEY, BOOTLOADER_KEY)
     return any(k in keys for k in settings_keys)

@@ -32,6 +32,8 @@ PM_QOS_NONE = 2000000000  # PM_QOS_CPU_LATENCY_DEFAULT_VALUE: no request
 # `irq:N` item per interrupt.
 IRQ_POLICY_KEY = "irq:policy"
 IRQBALANCE_KEY = "irq:irqbalance"
+IRQ_RPS_KEY = "irq:rps"
+SYS_CLASS_NET = "/sys/class/net"
 PROC_INTERRUPTS = "/proc/interrupts"
 PROC_IRQ = "/proc/irq"
 # irqbalance's systemd unit reads one EnvironmentFile: Debian and Ubuntu ship
@@ -42,6 +44,8 @@ IRQBALANCE_FILES = {
     "irqbalance:redhat": "/etc/sysconfig/irqbalance",
 }
 _IRQ = re.compile(r"irq:([0-9]{1,6})\Z", re.ASCII)
+# `rps:DEV:N`: a network interface name (IFNAMSIZ 16: at most 15 bytes, no '/'), an rx queue.
+_RPS = re.compile(r"rps:([A-Za-z0-9_.:@-]{1,15}):([0-9]{1,5})\Z", re.ASCII)
 
 # [housekeeping] (tuning/housekeeping.py): the profile's setting, and one drop-in per confined
 # unit; only these three units, each with its one file.
@@ -133,6 +137,16 @@ def irq_node_path(irq: int) -> str:
     return f"{PROC_IRQ}/{int(irq)}/node"
 
 
+def rps_path(dev: str, queue: int) -> str:
+    return f"{SYS_CLASS_NET}/{dev}/queues/rx-{int(queue)}/rps_cpus"
+
+
+def rps_key(dev: str, queue: int) -> str | None:
+    """`rps:DEV:N` when `dev` is an acceptable interface name, else None."""
+    key = f"rps:{dev}:{int(queue)}"
+    return key if _RPS.match(key) and dev not in (".", "..") else None
+
+
 def irq_number(key: str) -> int | None:
     """N of an `irq:N` key, None for any other key."""
     m = _IRQ.match(key)
@@ -155,6 +169,9 @@ def path_of(key: str) -> str | None:
     m = _IRQ.match(key)
     if m is not None:
         return irq_affinity_path(int(m.group(1)))
+    m = _RPS.match(key)
+    if m is not None and m.group(1) not in (".", ".."):
+        return rps_path(m.group(1), int(m.group(2)))
     if key in IRQBALANCE_FILES:
         return IRQBALANCE_FILES[key]
     if key in SYSTEMD_DROPINS:

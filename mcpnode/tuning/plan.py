@@ -237,6 +237,58 @@ def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
     return out
 
 
+def _rps_items(setting: Setting, state: HostState) -> list[PlanItem]:
+    """One item per NIC rx queue: packet steering onto the housekeeping CPUs of the NIC's node
+    (tuning/irq.py), so protocol processing stays off the GPU slices whichever CPU the
+    interrupt lands on. The mask is compared as a set of CPUs."""
+    from mcpnode.tuning.cpulist import format_list, format_mask, parse_mask
+
+    key, src = setting.key, setting.source
+    if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
+        return []
+    if state.rps is None:
+        why = f"no {paths.SYS_CLASS_NET} here"
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
+    part = state.partition
+    if part is None or not part.housekeeping:
+        why = (
+            "the GPU slices are not known to this run (no current manifest, no discovery)"
+            if part is None
+            else "no housekeeping CPUs are reserved (housekeeping policy none)"
+        )
+        action: Action = "skipped" if part is None else "unsupported"
+        return [PlanItem(key, "", "housekeeping", None, None, action, why, src)]
+    out = []
+    for q in state.rps:
+        k = paths.rps_key(q.dev, q.queue)
+        assert k is not None
+        path = paths.rps_path(q.dev, q.queue)
+        allowed = part.housekeeping_of(q.node)
+        rule = f"= {format_list(allowed)} (housekeeping of the NIC's node)"
+        unusable = _unusable(k, path, rule, q.mask, src)
+        if unusable is not None:
+            out.append(unusable)
+            continue
+        current = q.mask
+        assert isinstance(current, str)
+        try:
+            have = parse_mask(current)
+        except ValueError:
+            why = f"{path}: {current[:40]!r} is not a CPU mask"
+            out.append(PlanItem(k, path, rule, current, None, "skipped", why, src, unread=True))
+            continue
+        want = format_mask(allowed, current.count(",") + 1)
+        if have == allowed:
+            out.append(PlanItem(k, path, rule, current, want, "ok", "already", src))
+            continue
+        lacking = privilege.missing(k, state.privileges)
+        act: Action = "needs-privilege" if lacking is not None else "set"
+        shown = format_list(have) or "off"
+        why = lacking or f"{shown} -> {format_list(allowed)}"
+        out.append(PlanItem(k, path, rule, current, want, act, why, src))
+    return out
+
+
 def _irqbalance_item(setting: Setting, state: HostState) -> list[PlanItem]:
     """irqbalance's banned CPUs = the GPU slices, in its environment file (tuning/irq.py)."""
     from mcpnode.tuning.cpulist import format_list
@@ -405,6 +457,9 @@ def plan(profile: Profile, state: HostState) -> Plan:
             continue
         if setting.key == paths.IRQBALANCE_KEY:
             settings.extend(_irqbalance_item(setting, state))
+            continue
+        if setting.key == paths.IRQ_RPS_KEY:
+            settings.extend(_rps_items(setting, state))
             continue
         if setting.key == paths.CONFINE_KEY:
             settings.extend(_confine_items(setting, state))

@@ -26,6 +26,7 @@
     [irq]                               # tuning/irq.py; needs the host's CPU partition
     policy = "housekeeping"             # device interrupts onto their node's housekeeping CPUs
     irqbalance = "ban-slices"           # IRQBALANCE_BANNED_CPULIST = the GPU slices
+    rps = "housekeeping"                # NIC rx queues' packet steering onto the same CPUs
 
     [housekeeping]                      # tuning/housekeeping.py; needs the CPU partition too
     confine = ["system.slice", "user.slice", "init.scope"]   # AllowedCPUs= drop-ins
@@ -445,10 +446,11 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
         settings.append(Setting(paths.GOVERNOR_KEY, Prefer(wanted), file, note))
 
     irq = _section(file, doc, "irq")
-    _only(file, "irq", irq, ("policy", "irqbalance"))
+    _only(file, "irq", irq, ("policy", "irqbalance", "rps"))
     for option, key, choices in (
         ("policy", paths.IRQ_POLICY_KEY, IRQ_POLICIES),
         ("irqbalance", paths.IRQBALANCE_KEY, IRQBALANCE_MODES),
+        ("rps", paths.IRQ_RPS_KEY, IRQ_POLICIES),
     ):
         if option in irq:
             value = irq[option]

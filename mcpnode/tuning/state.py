@@ -21,7 +21,7 @@ from mcpnode.tuning.values import Prefer
 
 if TYPE_CHECKING:
     from mcpnode.tuning.bootloader import Boot
-    from mcpnode.tuning.irq import IrqReading
+    from mcpnode.tuning.irq import IrqReading, RpsReading
     from mcpnode.tuning.partition import CpuPartition
 
 
@@ -62,6 +62,8 @@ class HostState:
                caller could not tell (no manifest and no discovery in this run)
     managed:   interrupts the kernel refused to move (EIO) in an earlier apply (the journal)
     boot:      how the kernel command line is configured (`[bootloader]` only)
+    rps:       NIC rx queues with their rps_cpus (`[irq] rps` only); None without
+               /sys/class/net
     cpu_latency: the PM QoS CPU latency in force now, µs (`force_latency` only): an int, or why
                it could not be read
     """
@@ -79,6 +81,7 @@ class HostState:
     managed: frozenset[int] = frozenset()
     boot: Boot | None = None
     cpu_latency: int | str | None = None
+    rps: tuple[RpsReading, ...] | None = None
 
 
 def parse_status(text: str | None) -> Privileges:
@@ -170,7 +173,15 @@ def read_state(
     irqbalance = None
     boot = None
     cpu_latency: int | str | None = None
+    rps = None
     for setting in profile.settings:
+        if setting.key == paths.IRQ_RPS_KEY:
+            from mcpnode.tuning.irq import read_rps
+
+            rps = read_rps(host)
+            for q in rps or ():
+                readings[paths.rps_path(q.dev, q.queue)] = q.mask
+            continue
         if setting.key == paths.FORCE_LATENCY_KEY:
             try:
                 cpu_latency = host.read_cpu_latency()
@@ -256,4 +267,5 @@ def read_state(
         managed=managed,
         boot=boot,
         cpu_latency=cpu_latency,
+        rps=rps,
     )
