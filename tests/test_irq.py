@@ -354,3 +354,17 @@ def test_cpu_masks_round_trip() -> None:
     for bad in ("", "x", "0x1", "1,,2", "123456789"):
         with pytest.raises(ValueError):
             cpulist.parse_mask(bad)
+
+
+def test_a_host_without_gpu_slices_keeps_its_interrupts(tmp_path: Path) -> None:
+    """No GPU, no slice to protect: [irq] must not herd every interrupt onto one core."""
+    r = irqroot.build(tmp_path / "root", "no-gpu-host")
+    before = {i.number: r.affinity(i.number) for i in r.irqs}
+    code, out, err = run_cli(
+        "apply", "--profile", PROFILE, "--root", str(r.root), "--format", "json"
+    )
+    assert code == 0, err
+    items = {i["key"]: i for i in json.loads(out)["items"]}
+    assert items["irq:policy"]["action"] == "unsupported"
+    assert "no GPU slices on this host" in items["irq:policy"]["reason"]
+    assert {i.number: r.affinity(i.number) for i in r.irqs} == before

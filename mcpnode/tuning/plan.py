@@ -188,6 +188,11 @@ def _governor_items(setting: Setting, state: HostState) -> list[PlanItem]:
     ]
 
 
+# A host without GPU slices (no GPUs, or none with a NUMA node) has nothing to keep work off:
+# moving every interrupt onto one housekeeping core there would only hurt.
+_NO_SLICES = "no GPU slices on this host: nothing to keep off, left as it is"
+
+
 def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
     """One item per numbered interrupt: allowed on the housekeeping CPUs of its device's node
     (tuning/irq.py). An interrupt already inside them is left as it is (never widened)."""
@@ -207,6 +212,8 @@ def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
     if not part.housekeeping:
         why = "no housekeeping CPUs are reserved (housekeeping policy none): nowhere to move them"
         return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
+    if not part.slices:
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", _NO_SLICES, src)]
     out = []
     for reading in state.irqs:
         k, path = f"irq:{reading.irq}", paths.irq_affinity_path(reading.irq)
@@ -258,6 +265,8 @@ def _rps_items(setting: Setting, state: HostState) -> list[PlanItem]:
         )
         action: Action = "skipped" if part is None else "unsupported"
         return [PlanItem(key, "", "housekeeping", None, None, action, why, src)]
+    if not part.slices:
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", _NO_SLICES, src)]
     out = []
     for q in state.rps:
         k = paths.rps_key(q.dev, q.queue)
@@ -348,8 +357,12 @@ def _confine_items(setting: Setting, state: HostState) -> list[PlanItem]:
             why = "the housekeeping CPUs are not known to this run (no current manifest)"
             out.append(PlanItem(key, path, rule, reading, None, "skipped", why, src))
             continue
-        if not part.housekeeping:
-            why = "no housekeeping CPUs are reserved (housekeeping policy none)"
+        if not part.housekeeping or not part.slices:
+            why = (
+                _NO_SLICES
+                if part.housekeeping
+                else "no housekeeping CPUs are reserved (housekeeping policy none)"
+            )
             out.append(PlanItem(key, path, rule, reading, None, "unsupported", why, src))
             continue
         cpus = format_list(part.housekeeping)
