@@ -120,3 +120,12 @@ def test_exec_by_mig_uuid(root: Path, published: bool) -> None:
     assert code == 0, err
     assert f"env: CUDA_VISIBLE_DEVICES={MIG0}" in out.splitlines()
     assert err == ""  # from the manifest when published, by --fresh otherwise: no notice
+
+
+def test_topology_json_lists_mig_devices_only_when_known(root: Path) -> None:
+    code, out, err = run_cli("topo", "--root", str(root), "--format", "json")
+    assert code == 0, err
+    (gpu,) = json.loads(out)["gpus"]
+    assert [d["uuid"] for d in gpu["nvml"]["mig_devices"]][:1] == [MIG0]
+    code, out, _ = run_cli("topo", "--root", str(VM), "--format", "json")
+    assert "mig_devices" not in json.loads(out)["gpus"][0]["nvml"]

@@ -6,7 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, NumaNode, PciAddress, Topology
+from mcpnode.topology.model import (
+    SCHEMA_VERSION,
+    CpuSet,
+    NumaNode,
+    NvmlGpu,
+    PciAddress,
+    Topology,
+)
 
 # Ids printed the way lspci and sysfs print them.
 _HEX4 = frozenset(
@@ -23,6 +30,10 @@ def jsonable(obj: Any, key: str | None = None) -> Any:
         out = {f.name: jsonable(getattr(obj, f.name), f.name) for f in dataclasses.fields(obj)}
         if isinstance(obj, NumaNode):
             out["cpuless"] = obj.cpuless
+        if isinstance(obj, NvmlGpu) and obj.mig_devices is None:
+            # Only in MIG mode, when known: the JSON of every other GPU (and of captures made
+            # before MIG devices were enumerated) stays as it was; `unavailable` says why.
+            del out["mig_devices"]
         return out
     if isinstance(obj, tuple | list):
         return [jsonable(x) for x in obj]
