@@ -151,3 +151,24 @@ def test_confine_names_only_known_units(tmp_path: Path) -> None:
         parse_profile(
             '[profile]\nname = "x"\n[housekeeping]\nconfine = ["kubepods.slice"]\n', "x.toml", "x"
         )
+
+
+def test_a_set_property_dropin_that_wins_is_reported(root: Path) -> None:
+    control = root / "etc/systemd/system.control/user.slice.d/50-AllowedCPUs.conf"
+    control.parent.mkdir(parents=True)
+    control.write_text(
+        '# This is a drop-in unit file extension, created via "systemctl set-property"\n'
+        "[Slice]\nAllowedCPUs=0-191\n"
+    )
+    code, out, err = run_cli(
+        "apply", "--profile", "confined", "--root", str(root), "--format", "json"
+    )
+    assert code == 0, err
+    items = {i["key"]: i for i in json.loads(out)["items"]}
+    user = items["systemd:user.slice"]
+    assert user["action"] == "skipped"
+    assert (
+        "system.control/user.slice.d/50-AllowedCPUs.conf sets AllowedCPUs=0-191" in user["reason"]
+    )
+    assert not dropin(root, "user.slice").exists()
+    assert dropin(root, "system.slice").exists()

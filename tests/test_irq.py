@@ -368,3 +368,11 @@ def test_a_host_without_gpu_slices_keeps_its_interrupts(tmp_path: Path) -> None:
     assert items["irq:policy"]["action"] == "unsupported"
     assert "no GPU slices on this host" in items["irq:policy"]["reason"]
     assert {i.number: r.affinity(i.number) for i in r.irqs} == before
+
+
+def test_a_running_irqbalance_is_named(hgx: irqroot.IrqRoot) -> None:
+    irqroot.put(hgx.root, "proc/4242/comm", "irqbalance\n")
+    irqroot.put(hgx.root, "proc/4243/comm", "sshd\n")
+    code, out, err = run_cli("apply", "--profile", PROFILE, "--root", str(hgx.root))
+    assert code == 0, err
+    assert "irqbalance is running (pid 4242) with its old banned CPUs" in out

@@ -512,7 +512,19 @@ def _apply(
     elif any("reboot required" in i.reason for i in booted):
         notes.append(next(i.reason for i in booted if "reboot required" in i.reason))
     if any(o.key in paths.IRQBALANCE_FILES and not o.failed for o in done):
-        notes.append("irqbalance reads its banned CPUs at start: `systemctl restart irqbalance`")
+        from mcpnode.tuning.irq import running_irqbalance
+
+        pids = running_irqbalance(host)
+        if pids:
+            notes.append(
+                f"irqbalance is running (pid {', '.join(map(str, pids))}) with its old banned "
+                "CPUs and will move interrupts back onto the GPU slices: `systemctl restart "
+                "irqbalance` makes it read the new ones"
+            )
+        else:
+            notes.append(
+                "irqbalance reads its banned CPUs at start: `systemctl restart irqbalance`"
+            )
     return ApplyResult(
         profile=profile.name,
         dry_run=False,

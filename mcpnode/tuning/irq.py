@@ -184,3 +184,20 @@ def read_rps(host: Host) -> tuple[RpsReading, ...] | None:
             if isinstance(mask, (str, Unreadable)):
                 out.append(RpsReading(dev, int(number), node, mask))
     return tuple(out)
+
+
+def running_irqbalance(host: Host) -> tuple[int, ...]:
+    """Pids of running irqbalance daemons (`/proc/PID/comm`), ascending; () when none or when
+    /proc cannot be listed. Read only after apply wrote irqbalance's file, never per drift
+    interval: a /proc walk is not an idle agent's work."""
+    out = []
+    for name in host.listdir_optional(paths.PROC_ROOT) or []:
+        if not (name.isascii() and name.isdigit()):
+            continue
+        try:
+            comm = host.read_optional(f"{paths.PROC_ROOT}/{name}/comm", limit=64)
+        except HostError:
+            continue  # exited, or hidden (hidepid=)
+        if comm is not None and comm.strip() == "irqbalance":
+            out.append(int(name))
+    return tuple(sorted(out))

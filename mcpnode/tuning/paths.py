@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 SYSCTL_ROOT = "/proc/sys"
+PROC_ROOT = "/proc"
 PROC_MODULES = "/proc/modules"
 PROC_STATUS = "/proc/self/status"
 PROC_CMDLINE = "/proc/cmdline"
@@ -52,6 +53,9 @@ _RPS = re.compile(r"rps:([A-Za-z0-9_.:@-]{1,15}):([0-9]{1,5})\Z", re.ASCII)
 CONFINE_KEY = "housekeeping:confine"
 CONFINABLE = ("system.slice", "user.slice", "init.scope")
 HOUSEKEEPING_DROPIN = "50-mcpnode-housekeeping.conf"
+# What `systemctl set-property UNIT AllowedCPUs=...` writes; /etc/systemd/system.control wins
+# over /etc/systemd/system (systemd.unit(5), unit load path).
+SET_PROPERTY_DROPIN = "/etc/systemd/system.control/{unit}.d/50-AllowedCPUs.conf"
 SYSTEMD_DROPINS = {
     f"systemd:{unit}": f"/etc/systemd/system/{unit}.d/{HOUSEKEEPING_DROPIN}" for unit in CONFINABLE
 }

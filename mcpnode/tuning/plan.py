@@ -367,6 +367,14 @@ def _confine_items(setting: Setting, state: HostState) -> list[PlanItem]:
             continue
         cpus = format_list(part.housekeeping)
         want = dropin_text(unit, cpus)
+        control = state.readings.get(paths.SET_PROPERTY_DROPIN.format(unit=unit))
+        other = _allowed_cpus_of(control) if isinstance(control, str) else None
+        if other is not None and not _same_cpus(other, cpus):
+            # `systemctl set-property` drop-ins load after /etc/systemd/system: theirs holds.
+            where = paths.SET_PROPERTY_DROPIN.format(unit=unit)
+            why = f"{where} sets AllowedCPUs={other}, which wins over this drop-in: remove it"
+            out.append(PlanItem(key, path, rule, reading, want, "skipped", why, src))
+            continue
         if reading == want:
             out.append(PlanItem(key, path, rule, reading, want, "ok", f"already {cpus}", src))
             continue
@@ -443,6 +451,16 @@ def _latency_item(setting: Setting, state: HostState) -> PlanItem:
         return PlanItem(key, path, rule, str(now), str(want), "ok", f"held: {shown}", src)
     why = f"{shown}: held only while `mcpnode agent` runs (it keeps {path} open)"
     return PlanItem(key, path, rule, str(now), str(want), "skipped", why, src)
+
+
+def _allowed_cpus_of(text: str) -> str | None:
+    """The last `AllowedCPUs=` value of a unit file's text (an empty one resets: None)."""
+    value = None
+    for line in text.splitlines():
+        name, eq, rest = line.strip().partition("=")
+        if eq and name.strip() == "AllowedCPUs":
+            value = rest.strip() or None
+    return value
 
 
 def _same_cpus(a: str, b: str) -> bool:

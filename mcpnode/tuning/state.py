@@ -213,6 +213,9 @@ def read_state(
         if setting.key == paths.CONFINE_KEY:
             for dropin in paths.SYSTEMD_DROPINS.values():
                 readings[dropin] = _file_reading(host, dropin)
+            for unit in paths.CONFINABLE:
+                control = paths.SET_PROPERTY_DROPIN.format(unit=unit)
+                readings[control] = _file_reading(host, control)
             continue
         if setting.key == paths.GOVERNOR_KEY:
             names = host.listdir_optional(paths.CPUFREQ_DIR)
