@@ -24,6 +24,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 10. Hostile input: TOML bombs refused, a 40x6 include fan-out resolved by `config check`, and
    the peak RSS of `topo` on a 2 GiB sparse attribute, each against a benign peer
    (bench/bench_bounds.py).
+11. Launch: whole-process `mcpnode exec --gpu 0 -- true` from a published manifest against
+   `python -c pass` and `numactl --cpunodebind=0 --membind=0 true`, on a 1-GPU and an 8-GPU
+   root, with `--fresh` (discovery) beside it (bench/bench_exec.py).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -47,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_agent import bench_agent  # noqa: E402
 from bench_bounds import bench_bounds  # noqa: E402
+from bench_exec import bench_exec  # noqa: E402
 from bench_manifest import bench_manifest  # noqa: E402
 from bench_tuning import bench_tuning  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
@@ -329,6 +333,7 @@ def main() -> None:
             "manifest": bench_manifest(),
             "agent": bench_agent(),
             "bounds": bench_bounds(),
+            "exec": bench_exec(MCPNODE, alternate, timed_run),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

@@ -139,6 +139,17 @@ P2P_OK, P2P_CHIPSET_NOT_SUPPORTED = 0, 1
 
 
 @dataclass(frozen=True)
+class MigSpec:
+    """One MIG device: what its handle answers (UUID, GPU / compute instance, attributes)."""
+
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_mib: int
+    slices: int
+
+
+@dataclass(frozen=True)
 class GpuSpec:
     """One GPU's answers. A field that is None answers NotSupported."""
 
@@ -182,6 +193,9 @@ class GpuSpec:
     # GPU keeps no NVLink DL counters (NotSupported)
     nvlink_errors: tuple[tuple[int, int, int], ...] | None = ()
     p2p_read: tuple[int, ...] = ()  # nvmlGpuP2PStatus_t per GPU index (own index ignored)
+    # MIG devices by slot (None: an empty slot); only asked when `mig` says MIG is on.
+    mig_devices: tuple[MigSpec | None, ...] = ()
+    mig_slots: int = 7  # nvmlDeviceGetMaxMigDeviceCount: 7 on A100/H100
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,9 @@ class NvmlSpec:
     lost: tuple[LostAt, ...] = ()
     # XIDs the NVML event set delivers, in order: (device index, xid); then Timeout
     xid_events: tuple[tuple[int, int], ...] = ()
+    # Functions left out of the recording, as an mcpnode that did not call them recorded it:
+    # the replay then meets NotRecorded there, as it would with such a snapshot.
+    recorded_without: tuple[str, ...] = ()
 
     @property
     def nvml_version(self) -> str:
@@ -258,6 +275,33 @@ class _NotSupported(Exception):
 
 class _InvalidArgument(Exception):
     """Internal: a link index past the GPU's real links."""
+
+
+class _NotFound(Exception):
+    """Internal: an empty MIG slot (NVML_ERROR_NOT_FOUND)."""
+
+
+def _mig_count(g: GpuSpec, rest: tuple[int, ...]) -> int:
+    _need(g.mig)  # not MIG-capable: NotSupported
+    return g.mig_slots
+
+
+def _mig_device(g: GpuSpec, rest: tuple[int, ...]) -> dict[str, Any]:
+    (slot,) = rest
+    if g.mig is None or not g.mig[0]:
+        raise _InvalidArgument  # MIG off: no MIG device handles
+    if not 0 <= slot < g.mig_slots:
+        raise _InvalidArgument
+    m = g.mig_devices[slot] if slot < len(g.mig_devices) else None
+    if m is None:
+        raise _NotFound
+    return {
+        "uuid": m.uuid,
+        "gpuInstanceId": m.gpu_instance_id,
+        "computeInstanceId": m.compute_instance_id,
+        "memorySizeMB": m.memory_mib,
+        "gpuInstanceSliceCount": m.slices,
+    }
 
 
 def _link(g: GpuSpec, rest: tuple[int, ...]) -> NvLinkSpec:
@@ -404,6 +448,9 @@ DEVICE_CALLS: dict[str, tuple[int, Handler]] = {
     "nvmlDeviceGetTotalEccErrors": (2, _ecc_errors),
     "nvmlDeviceGetRemappedRows": (0, lambda g, r: list(_need(g.remapped_rows))),
     "nvmlDeviceGetMigMode": (0, lambda g, r: list(_need(g.mig))),
+    "nvmlDeviceGetMaxMigDeviceCount": (0, _mig_count),
+    # LiveNvml's composite over the MIG handle of a slot (topology/nvml.py _mig_device)
+    "nvmlDeviceGetMigDeviceInfo": (1, _mig_device),
     "nvmlDeviceGetComputeMode": (0, lambda g, r: _need(g.compute_mode)),
     "nvmlDeviceGetCurrPcieLinkGeneration": (0, _pcie(0)),
     "nvmlDeviceGetMaxPcieLinkGeneration": (0, _pcie(1)),
@@ -515,6 +562,8 @@ class SimulatedNvml:
             raise self._error("NotSupported", fn) from None
         except _InvalidArgument:
             raise self._error("InvalidArgument", fn) from None
+        except _NotFound:
+            raise self._error("NotFound", fn) from None
 
     def _create_set(self) -> int:
         self._event_sets += 1
@@ -812,11 +861,27 @@ def nvml_case(name: str) -> tuple[HostSpec, NvmlSpec]:
             ),
         )
     if name == "mig-enabled":
-        # MIG on (current and pending): remapped rows and compute mode want a MIG device handle
+        # MIG on (current and pending): remapped rows and compute mode want a MIG device handle.
+        # Recorded as before mcpnode enumerated MIG devices: their replay is NotRecorded.
         vm = fixturegen.single_gpu_kvm_vm_h100_pcie()
         base = vm_h100_pcie_nvml(vm)
         (g,) = base.gpus
         mig = replace(g, mig=(1, 1), remapped_rows=None, compute_mode=None)
+        return vm, replace(base, gpus=(mig,), recorded_without=MIG_DEVICE_CALLS)
+    if name == "mig-instances":
+        # MIG on with three instances made (`nvidia-smi mig -cgi 9,14,19 -C`: 3g.40gb, 2g.20gb,
+        # 1g.10gb on an H100 80GB), slot 1 left empty by a destroyed instance. Memory sizes as
+        # nvidia-smi -L shows them for those profiles.
+        vm = fixturegen.single_gpu_kvm_vm_h100_pcie()
+        base = vm_h100_pcie_nvml(vm)
+        (g,) = base.gpus
+        devices = (
+            MigSpec("MIG-5c3a1e6b-9f2d-5b7e-8a41-2f6c0d9e7b13", 2, 0, 40320, 3),
+            None,
+            MigSpec("MIG-a8d2f4c1-3e5b-5c9a-b7d6-1e4f8a2c6d05", 3, 0, 20096, 2),
+            MigSpec("MIG-e1b7c9d3-6a4f-5e2b-9c8d-7f3a5b1e4c26", 9, 0, 9856, 1),
+        )
+        mig = replace(g, mig=(1, 1), remapped_rows=None, compute_mode=None, mig_devices=devices)
         return vm, replace(base, gpus=(mig,))
     if name == "no-permission-counters":
         # NVLink error counters and the PCIe replay counter refused to this reader
@@ -830,6 +895,8 @@ def nvml_case(name: str) -> tuple[HostSpec, NvmlSpec]:
     raise KeyError(name)
 
 
+MIG_DEVICE_CALLS = ("nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceInfo")
+
 NVML_CASES = (
     "library-not-found",
     "driver-library-mismatch",
@@ -838,6 +905,7 @@ NVML_CASES = (
     "gpu-lost",
     "gpu-lost-mid-nvlink",
     "mig-enabled",
+    "mig-instances",
     "process-abi-mismatch",
     "function-not-found",
     "fabric-in-progress",
@@ -856,7 +924,8 @@ def record(host_root: Path | str, spec: NvmlSpec) -> dict[str, Any]:
     rec = RecordingNvml(SimulatedNvml(spec))
     with Host(host_root) as host:
         discover(host, rec)
-    return {"nvml": {"calls": rec.to_json()}}
+    calls = [c for c in rec.to_json() if c["fn"] not in spec.recorded_without]
+    return {"nvml": {"calls": calls}}
 
 
 def _calls_json(calls: Sequence[Mapping[str, Any]], indent: str) -> str:

@@ -127,6 +127,7 @@ BAD_VALUES = [
     ("[autopin]\ninterval = 0", "autopin.interval", "out of range"),
     ("[autopin]\ninterval = '15'", "autopin.interval", "number of seconds"),
     ("[autopin]\nscope = 'numa'", "autopin.scope", "slice, node"),
+    ("[autopin]\nmigrate = 'yes'", "autopin.migrate", "true or false"),
     ("[autopin]\nrule = 'vllm'", "autopin.rule", "array of tables"),
     ("[autopin.rule]\nexe = 'python3'", "autopin.rule", "array of tables"),
     ("[autopin]\nenabled = true", "autopin.rule", "no [[autopin.rule]]"),

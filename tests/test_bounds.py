@@ -243,11 +243,12 @@ def placed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("selector", ["²", "０", "٠", "0\n", " 0", "+0", "0x0", "-0"])
 def test_gpu_index_is_ascii_digits_only(placed: Path, selector: str) -> None:
     code, _out, err = run_cli(
-        "exec", "--gpu", selector, "--root", str(placed), "--dry-run", "--", "true"
+        "exec", "--gpu", selector, "--fresh", "--root", str(placed), "--dry-run", "--", "true"
     )
     assert code == 64, err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert run_cli("exec", "--gpu", "0", "--root", str(placed), "--dry-run", "--", "true")[0] == 0
+    ok = run_cli("exec", "--gpu", "0", "--fresh", "--root", str(placed), "--dry-run", "--", "true")
+    assert ok[0] == 0
 
 
 @pytest.mark.skipif(placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or "")

@@ -55,7 +55,7 @@ def check_placement(doc: dict[str, Any]) -> None:
 
 def test_exec_dry_run(root: Path) -> None:
     doc = as_json(
-        "exec", "--root", str(root), "--gpu", "0", "--dry-run", "--format", "json", "--",
+        "exec", "--root", str(root), "--gpu", "0", "--fresh", "--dry-run", "--format", "json", "--",
         "true", "an argument",
     )  # fmt: skip
     assert doc["schema"] == "mcpnode.exec-plan/v1" and doc["dry_run"] is True
@@ -63,14 +63,16 @@ def test_exec_dry_run(root: Path) -> None:
     assert doc["executable"] is not None and doc["executable"].endswith("/true")
     check_placement(doc["placement"])
     missing = as_json(
-        "exec", "--root", str(root), "--gpu", "0", "--dry-run", "--format", "json", "--",
+        "exec", "--root", str(root), "--gpu", "0", "--fresh", "--dry-run", "--format", "json", "--",
         "no-such-program-here",
     )  # fmt: skip
     assert missing["executable"] is None and missing["problems"]
 
 
 def test_exec_json_needs_dry_run(root: Path) -> None:
-    code, out, err = run_cli("exec", "--root", str(root), "--gpu", "0", "--format", "json", "true")
+    code, out, err = run_cli(
+        "exec", "--root", str(root), "--gpu", "0", "--fresh", "--format", "json", "true"
+    )
     assert (code, out) == (64, "")
     assert err == "mcpnode: --format json needs --dry-run: exec replaces this process\n"
 
@@ -78,18 +80,46 @@ def test_exec_json_needs_dry_run(root: Path) -> None:
 @needs_machine
 def test_pin(root: Path, child: subprocess.Popen[str]) -> None:
     before = affinities(child.pid)
-    doc = as_json("pin", str(child.pid), "--gpu", "0", "--root", str(root), "--format", "json")
+    doc = as_json(
+        "pin", str(child.pid), "--gpu", "0", "--fresh", "--root", str(root), "--format", "json"
+    )
     assert doc["schema"] == "mcpnode.pin/v1" and doc["pid"] == child.pid
     check_placement(doc["placement"])
     assert doc["memory_policy_applied"] is False
     assert {t["tid"] for t in doc["threads"]} == set(before)
     assert {(t["before"], t["after"]) for t in doc["threads"]} == {("0-1", "1")}
     assert affinities(child.pid) == {tid: placeroot.SLICE for tid in before}
+    assert doc["migration"] is None  # no --migrate
+
+
+@needs_machine
+def test_pin_migrate(root: Path, child: subprocess.Popen[str]) -> None:
+    """--migrate's move in the JSON: this machine's nodes, the child's real numa_maps bytes."""
+    doc = as_json(
+        "pin", str(child.pid), "--gpu", "0", "--fresh", "--migrate", "--root", str(root),
+        "--format", "json",
+    )  # fmt: skip
+    move = doc["migration"]
+    assert set(move) == {
+        "from_nodes", "to_nodes", "before_bytes", "after_bytes", "moved_bytes", "not_moved_pages"
+    }  # fmt: skip
+    assert move["to_nodes"] == "0"  # the fixture's GPU 0 is on node 0
+    assert sum(move["after_bytes"].values()) > 0  # a live Python has mapped memory
+    assert move["not_moved_pages"] >= 0 and move["moved_bytes"] >= 0
 
 
 def test_systemd_dropin_printed_and_written(root: Path, tmp_path: Path) -> None:
     doc = as_json(
-        "systemd-dropin", "--root", str(root), "--gpu", "0", "--unit", "vllm", "--format", "json"
+        "systemd-dropin",
+        "--root",
+        str(root),
+        "--gpu",
+        "0",
+        "--fresh",
+        "--unit",
+        "vllm",
+        "--format",
+        "json",
     )
     assert doc["schema"] == "mcpnode.systemd-dropin/v1"
     assert doc["unit"] == "vllm.service" and doc["written"] is False
@@ -98,7 +128,7 @@ def test_systemd_dropin_printed_and_written(root: Path, tmp_path: Path) -> None:
     check_placement(doc["placement"])
     assert not (root / doc["path"].lstrip("/")).exists()
     code, out, err = run_cli(
-        "systemd-dropin", "--root", str(root), "--gpu", "0", "--unit", "vllm", "--write",
+        "systemd-dropin", "--root", str(root), "--gpu", "0", "--fresh", "--unit", "vllm", "--write",
         "--format", "json",
     )  # fmt: skip
     assert code == 0

@@ -53,7 +53,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def exec_child(root: Path, *opts: str) -> dict[str, object]:
     proc = run_process(
-        "exec", "--root", str(root), *opts, "--", sys.executable, "-c", CHILD,
+        "exec", "--fresh", "--root", str(root), *opts, "--", sys.executable, "-c", CHILD,
         env={"KEEP_ME": "inherited"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -98,7 +98,7 @@ def test_exec_all_local(root: Path) -> None:
 def test_dry_run_prints_and_runs_nothing(root: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     code, out, err = run_cli(
-        "exec", "--root", str(root), "--gpu", "0", "--dry-run", "--",
+        "exec", "--fresh", "--root", str(root), "--gpu", "0", "--dry-run", "--",
         sys.executable, "-c", f"open({str(marker)!r}, 'w')",
     )  # fmt: skip
     assert (code, err) == (0, "")
@@ -114,7 +114,9 @@ def test_dry_run_prints_and_runs_nothing(root: Path, tmp_path: Path) -> None:
 
 
 def test_command_not_found_exits_127(root: Path) -> None:
-    proc = run_process("exec", "--root", str(root), "--gpu", "0", "--", "no-such-command-xyz")
+    proc = run_process(
+        "exec", "--fresh", "--root", str(root), "--gpu", "0", "--", "no-such-command-xyz"
+    )
     assert proc.returncode == 127
     assert "no-such-command-xyz: command not found" in proc.stderr
     assert proc.stdout == ""
@@ -122,7 +124,15 @@ def test_command_not_found_exits_127(root: Path) -> None:
 
 def test_dry_run_reports_a_missing_command(root: Path) -> None:
     code, out, _ = run_cli(
-        "exec", "--root", str(root), "--gpu", "0", "--dry-run", "--", "no-such-command-xyz"
+        "exec",
+        "--fresh",
+        "--root",
+        str(root),
+        "--gpu",
+        "0",
+        "--dry-run",
+        "--",
+        "no-such-command-xyz",
     )
     assert code == 0
     assert "problem: no-such-command-xyz: command not found" in out
@@ -130,7 +140,7 @@ def test_dry_run_reports_a_missing_command(root: Path) -> None:
 
 @pytest.mark.parametrize("gpu", ["7", "GPU-00000000-0000-0000-0000-000000000000", "first"])
 def test_unknown_gpu_is_a_usage_error(root: Path, gpu: str) -> None:
-    code, out, err = run_cli("exec", "--root", str(root), "--gpu", gpu, "--", "true")
+    code, out, err = run_cli("exec", "--fresh", "--root", str(root), "--gpu", gpu, "--", "true")
     assert code == 64
     assert out == ""
     assert f"--gpu {gpu!r}" in err
@@ -142,14 +152,21 @@ def test_placement_from_another_machine_is_refused() -> None:
     if placeroot.skip_reason() is None and len(Host("/").get_affinity(0)) > 96:
         pytest.skip("this machine has the HGX fixture's CPUs")
     proc = run_process(
-        "exec", "--root", str(FIXTURES / "hgx-h100-8gpu-8nic"), "--gpu", "0", "--", "true"
+        "exec",
+        "--fresh",
+        "--root",
+        str(FIXTURES / "hgx-h100-8gpu-8nic"),
+        "--gpu",
+        "0",
+        "--",
+        "true",
     )
     assert proc.returncode == 69, proc.stderr
     assert "are not online on this machine" in proc.stderr
 
 
 def test_no_command_is_a_usage_error(root: Path) -> None:
-    code, _, err = run_cli("exec", "--root", str(root), "--gpu", "0")
+    code, _, err = run_cli("exec", "--fresh", "--root", str(root), "--gpu", "0")
     assert code == 64
     assert "COMMAND" in err
 

@@ -44,7 +44,7 @@ def child() -> Iterator[subprocess.Popen[str]]:
 def test_pin_moves_every_thread(root: Path, child: subprocess.Popen[str]) -> None:
     before = affinities(child.pid)
     assert len(before) == 3  # main + 2
-    code, out, err = run_cli("pin", str(child.pid), "--gpu", "0", "--root", str(root))
+    code, out, err = run_cli("pin", str(child.pid), "--gpu", "0", "--fresh", "--root", str(root))
     assert (code, err) == (0, ""), err
     assert affinities(child.pid) == {tid: placeroot.SLICE for tid in before}
     lines = out.splitlines()
@@ -54,14 +54,14 @@ def test_pin_moves_every_thread(root: Path, child: subprocess.Popen[str]) -> Non
     for tid in before:
         assert f"thread {tid}: 0-1 -> 1" in lines
     # Pinning again is not "narrowed by someone else": the threads are where we put them.
-    code, _, err = run_cli("pin", str(child.pid), "--gpu", "0", "--root", str(root))
+    code, _, err = run_cli("pin", str(child.pid), "--gpu", "0", "--fresh", "--root", str(root))
     assert code == 0, err
 
 
 @needs_machine
 def test_pin_node_scope(root: Path, child: subprocess.Popen[str]) -> None:
     code, _, err = run_cli(
-        "pin", str(child.pid), "--gpu", "0", "--scope", "node", "--root", str(root)
+        "pin", str(child.pid), "--gpu", "0", "--scope", "node", "--fresh", "--root", str(root)
     )
     assert code == 0, err
     assert set(map(frozenset, affinities(child.pid).values())) == {frozenset({0, 1})}
@@ -72,11 +72,13 @@ def test_narrowed_process_refused_then_forced(root: Path) -> None:
     proc = start_child("--narrow", "0")
     try:
         assert set(map(frozenset, affinities(proc.pid).values())) == {frozenset({0})}
-        code, out, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--root", str(root))
+        code, out, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--fresh", "--root", str(root))
         assert (code, out) == (77, "")
         assert "already limited to CPUs 0" in err and "--force" in err
         assert set(map(frozenset, affinities(proc.pid).values())) == {frozenset({0})}
-        code, _, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--force", "--root", str(root))
+        code, _, err = run_cli(
+            "pin", str(proc.pid), "--gpu", "0", "--force", "--fresh", "--root", str(root)
+        )
         assert code == 0, err
         assert set(map(frozenset, affinities(proc.pid).values())) == {frozenset({1})}
     finally:
@@ -87,7 +89,7 @@ def test_narrowed_process_refused_then_forced(root: Path) -> None:
 def test_gone_pid_exits_66(root: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    code, out, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--root", str(root))
+    code, out, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--fresh", "--root", str(root))
     assert (code, out) == (66, "")
     assert "no such process" in err
 
@@ -101,7 +103,7 @@ def test_zombie_is_gone(root: Path) -> None:
         while parse_stat(Host("/").read_proc(proc.pid, "stat"))[0] != "Z":
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        code, _, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--root", str(root))
+        code, _, err = run_cli("pin", str(proc.pid), "--gpu", "0", "--fresh", "--root", str(root))
         assert code == 66
         assert "has exited (state Z)" in err
     finally:
@@ -120,7 +122,7 @@ def test_kernel_thread_refused(root: Path) -> None:
     )
     if kthread is None:
         pytest.skip("no kernel thread visible (a PID namespace)")
-    code, _, err = run_cli("pin", str(kthread), "--gpu", "0", "--root", str(root))
+    code, _, err = run_cli("pin", str(kthread), "--gpu", "0", "--fresh", "--root", str(root))
     assert code == 77
     assert "is a kernel thread" in err
 
@@ -135,8 +137,8 @@ def _is_kthread(pid: int) -> bool:
 
 @needs_machine
 def test_bad_pid_and_unknown_gpu(root: Path, child: subprocess.Popen[str]) -> None:
-    assert run_cli("pin", "0", "--gpu", "0", "--root", str(root))[0] == 64
-    code, _, err = run_cli("pin", str(child.pid), "--gpu", "9", "--root", str(root))
+    assert run_cli("pin", "0", "--gpu", "0", "--fresh", "--root", str(root))[0] == 64
+    code, _, err = run_cli("pin", str(child.pid), "--gpu", "9", "--fresh", "--root", str(root))
     assert code == 64 and "no GPU with that index" in err
 
 

@@ -124,7 +124,8 @@ def test_profile_header(path: Path) -> None:
     assert isinstance(header.get("summary"), str) and header["summary"].strip()
     include = header.get("include", [])
     assert isinstance(include, list) and all(isinstance(i, str) for i in include)
-    assert set(data) <= {"profile", "sysctl", "vm", "cpu", "modules"}, f"{path.name}: {set(data)}"
+    sections = {"profile", "sysctl", "vm", "cpu", "modules", "irq"}
+    assert set(data) <= sections, f"{path.name}: {set(data)}"
 
 
 @pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)

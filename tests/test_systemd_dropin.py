@@ -41,7 +41,9 @@ def root(tmp_path: Path) -> Path:
 
 
 def test_prints_the_dropin(root: Path) -> None:
-    code, out, err = run_cli("systemd-dropin", "--gpu", "0", "--unit", "vllm", "--root", str(root))
+    code, out, err = run_cli(
+        "systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root)
+    )
     assert (code, err) == (0, "")
     assert out == EXPECTED
     assert not (root / "etc").exists()
@@ -50,14 +52,14 @@ def test_prints_the_dropin(root: Path) -> None:
 def test_node_scope_bind(root: Path) -> None:
     code, out, _ = run_cli(
         "systemd-dropin", "--gpu", UUID, "--unit", "vllm.service", "--scope", "node",
-        "--membind", "--root", str(root),
+        "--membind", "--fresh", "--root", str(root),
     )  # fmt: skip
     assert code == 0
     assert "\nCPUAffinity=0-1\nNUMAPolicy=bind\n" in out
 
 
 def test_write_is_atomic_and_matches_the_print(root: Path) -> None:
-    args = ("systemd-dropin", "--gpu", "0", "--unit", "vllm", "--root", str(root))
+    args = ("systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root))
     code, _, err = run_cli(*args, "--write")
     assert code == 0
     assert f"wrote /{DROPIN}" in err and "systemctl daemon-reload" in err
@@ -83,7 +85,7 @@ def test_write_is_atomic_and_matches_the_print(root: Path) -> None:
 def test_bad_input_exits_64_and_writes_nothing(
     root: Path, args: tuple[str, ...], message: str
 ) -> None:
-    code, out, err = run_cli("systemd-dropin", *args, "--root", str(root), "--write")
+    code, out, err = run_cli("systemd-dropin", *args, "--fresh", "--root", str(root), "--write")
     assert (code, out) == (64, "")
     assert message in err
     assert not (root / "etc").exists()
@@ -154,7 +156,9 @@ def verify(unit_dir: Path, unit: str, dropin: str) -> subprocess.CompletedProces
 
 @needs_analyze
 def test_systemd_analyze_accepts_the_dropin(root: Path, tmp_path: Path) -> None:
-    code, out, _ = run_cli("systemd-dropin", "--gpu", "0", "--unit", "vllm", "--root", str(root))
+    code, out, _ = run_cli(
+        "systemd-dropin", "--gpu", "0", "--unit", "vllm", "--fresh", "--root", str(root)
+    )
     assert code == 0
     proc = verify(tmp_path / "units", "vllm.service", out)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")

@@ -151,6 +151,7 @@ def test_apply_json_golden(dirs: tuple[str, str]) -> None:
         "recovered": [],
         "loads": [],
         "writes": [],
+        "managed": [],
         "persist": None,
         "journal": "JOURNAL",
         "notes": [],

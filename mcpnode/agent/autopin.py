@@ -457,11 +457,19 @@ class AutoPinner:
 
     Not thread-safe: the agent calls `scan` from its loop thread only."""
 
-    def __init__(self, live: Host, rules: tuple[PinRule, ...], scope: Scope, log: Any) -> None:
+    def __init__(
+        self,
+        live: Host,
+        rules: tuple[PinRule, ...],
+        scope: Scope,
+        log: Any,
+        migrate: bool = False,
+    ) -> None:
         self.live = live
         self.rules = rules
         self.scope = scope
         self.log = log
+        self.migrate = migrate  # the rules' default (`[autopin] migrate`)
         self._own_pid = os.getpid()
         self._met: dict[int, _Met] = {}
         self._problems: frozenset[str] = frozenset()
@@ -578,6 +586,30 @@ class AutoPinner:
             rule=rule.name,
             cpus=event.cpus,
             threads=event.threads,
+        )
+        if rule.migrate if rule.migrate is not None else self.migrate:
+            self._migrate(pid, ns_pid, rule.name, target)
+
+    def _migrate(self, pid: int, ns_pid: int | None, rule: str, target: Target) -> None:
+        """Move the pinned process's pages to its GPU's node (placement/memory.py). A failure
+        is logged and leaves the pin in place: memory is the second half of placement."""
+        from mcpnode.placement.memory import migrate_memory
+
+        try:
+            move = migrate_memory(self.live, pid, target)
+        except (HostError, PlacementUnavailable) as err:
+            self.log.warning("pin.migrate-failed", pid=pid, rule=rule, error=str(err))
+            return
+        self.log.info(
+            "pin.migrated",
+            pid=pid,
+            ns_pid=ns_pid,
+            rule=rule,
+            to_nodes=move.to_nodes.cpulist(),
+            moved_bytes=move.moved_bytes,
+            not_moved_pages=move.not_moved_pages,
+            before={str(n): b for n, b in move.before.items()},
+            after={str(n): b for n, b in move.after.items()},
         )
 
     def _on_target(self, pid: int, cpus: CpuSet) -> bool:

@@ -87,6 +87,7 @@ class PinRule:
     exe: str | None = None
     cmdline: re.Pattern[str] | None = None
     unit: str | None = None
+    migrate: bool | None = None  # move its memory too; None: [autopin] migrate decides
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class AgentConfig:
     pin_interval: float = 15.0
     pin_scope: PinScope = "slice"
     pin_rules: tuple[PinRule, ...] = ()
+    pin_migrate: bool = False  # default for rules: migrate_pages to the GPU's node after pinning
     # [metrics]
     metrics_listen: str | None = METRICS_DEFAULT  # None: no HTTP endpoint
     metrics_allow_remote: bool = False
@@ -145,7 +147,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "drift": ("interval", "mode", "max_remediations", "window"),
     "devices": ("debounce", "udev_source"),
     "placement": ("housekeeping",),
-    "autopin": ("enabled", "interval", "scope", "rule"),
+    "autopin": ("enabled", "interval", "scope", "migrate", "rule"),
     "metrics": ("listen", "allow_remote"),
     "export": ("kinds", *EXPORT_DIR_KEYS, "nfd_expiry", "slurm_type"),
     "log": ("format", "level"),
@@ -153,7 +155,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 }
 # [expect]: the node's expected inventory; its keys are audit/expect.py's (parse_table)
 EXPECT_SECTION = "expect"
-RULE_KEYS = ("name", "exe", "cmdline", "unit")
+RULE_KEYS = ("name", "exe", "cmdline", "unit", "migrate")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]+\.(service|scope|slice)\Z")
 
@@ -280,6 +282,7 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
     enabled = r.boolean(autopin, "autopin", "enabled", False)
     pin_interval = r.seconds(autopin, "autopin", "interval", 15.0, 0.1, 86400.0)
     scope = r.choice(autopin, "autopin", "scope", "slice", ("slice", "node"))
+    pin_migrate = r.boolean(autopin, "autopin", "migrate", False)
     rules = _rules(r, autopin.get("rule", []))
     if enabled and not rules:
         raise r.err("autopin.rule", "autopin is enabled but no [[autopin.rule]] is given")
@@ -357,6 +360,7 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         pin_interval=pin_interval,
         pin_scope=scope,  # type: ignore[arg-type]
         pin_rules=rules,
+        pin_migrate=pin_migrate,
         metrics_listen=listen or None,
         metrics_allow_remote=allow_remote,
         export_kinds=tuple(kinds),
@@ -404,7 +408,10 @@ def _rules(r: _Reader, value: object) -> tuple[PinRule, ...]:
             if k not in RULE_KEYS:
                 raise r.err(f"{key}.{k}", f"unknown key (keys of a rule: {', '.join(RULE_KEYS)})")
         for k, v in raw.items():
-            if not isinstance(v, str) or not v:
+            if k == "migrate":
+                if not isinstance(v, bool):
+                    raise r.err(f"{key}.{k}", f"must be true or false, not {v!r}")
+            elif not isinstance(v, str) or not v:
                 raise r.err(f"{key}.{k}", f"must be a non-empty string, not {v!r}")
         name = raw.get("name", f"rule{i}")
         if name in names:
@@ -430,7 +437,7 @@ def _rules(r: _Reader, value: object) -> tuple[PinRule, ...]:
             raise r.err(
                 f"{key}.unit", f"{unit!r} is not a unit name (NAME.service, .scope or .slice)"
             )
-        out.append(PinRule(name, exe, pattern, unit))
+        out.append(PinRule(name, exe, pattern, unit, raw.get("migrate")))
     return tuple(out)
 
 

@@ -58,6 +58,8 @@ from mcpnode.placement.exporters import nfd
 from mcpnode.placement.exporters.inputs import summarize
 from mcpnode.placement.exporters.write import Options, render, target_path
 from mcpnode.placement.manifest import content_hash, publish
+from mcpnode.placement.plan import plan_placement
+from mcpnode.placement.source import Stamp, cpu_partition, publication, read_stamp
 from mcpnode.probe.section import manifest_section
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
@@ -66,7 +68,10 @@ from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, write_agent_
 from mcpnode.tuning.apply import ApplyResult, apply_profile, recover, rollback
 from mcpnode.tuning.errors import ApplyFailed
 from mcpnode.tuning.journal import Journal, JournalStore
+from mcpnode.tuning.partition import CpuPartition, needs_partition
+from mcpnode.tuning.paths import CPU_DMA_LATENCY, FORCE_LATENCY_KEY
 from mcpnode.tuning.profile import Profile, load_profile
+from mcpnode.tuning.values import Exact
 from mcpnode.tuning.verify import VerifyReport, verify
 
 EXIT_OK = 0
@@ -145,6 +150,9 @@ class Agent:
         self.started_at = _now()
         self.exit_code = EXIT_OK
         self._manifest_hash: str | None = None
+        self._latency: tuple[int | None, int | None] = (None, None)  # PM QoS (µs, fd) held
+        # The freshness facts read before the discovery the manifest is built from.
+        self._stamp = Stamp(None, None, None)
         # kind -> (logical path, text as rendered, without the nfd expiry): what was written.
         self._exports: dict[str, tuple[str, str]] = {}
         self._drifted: frozenset[str] = frozenset()
@@ -210,6 +218,7 @@ class Agent:
             drift_interval_s=self.config.drift_interval,
         )
         try:
+            self._stamp = read_stamp(self.host)
             self.backend = open_backend(self.host)
             self.topology = discover(self.host, self.backend)
         except McpnodeError as err:
@@ -222,6 +231,7 @@ class Agent:
                 # Starting is applying the configured profile: what an earlier run left in the
                 # journal is the starting point, not something to adopt.
                 self._journal_seen = self.store.identity()
+                self._hold_latency()
                 self._apply("start")
                 self._write_state()
         except LockBusy as err:
@@ -308,7 +318,13 @@ class Agent:
     def _start_pinner(self) -> None:
         from mcpnode.agent.autopin import AutoPinner
 
-        self.pinner = AutoPinner(self.live, self.config.pin_rules, self.config.pin_scope, self.log)
+        self.pinner = AutoPinner(
+            self.live,
+            self.config.pin_rules,
+            self.config.pin_scope,
+            self.log,
+            migrate=self.config.pin_migrate,
+        )
 
     # -- timers -----------------------------------------------------------------------------------
 
@@ -417,7 +433,9 @@ class Agent:
         start = time.perf_counter()
         self.metrics.count_event("timer")
         try:
-            report = verify(self.host, self.profile)
+            partition = self._partition()
+            managed = self.store.managed_irqs() if partition is not None else frozenset()
+            report = verify(self.host, self.profile, partition, managed)
         except McpnodeError as err:
             self.log.error("drift.verify-failed", error=str(err))
             return None
@@ -461,6 +479,18 @@ class Agent:
             # events. In remediate mode a fixed key never stays, so this is report mode's path.
             self._publish("drift")
         return report
+
+    def _partition(self) -> CpuPartition | None:
+        """The housekeeping CPUs and GPU slices `[irq]` places against: the agent's own
+        discovery and its configured housekeeping, the same plan it publishes. None when the
+        profile has no `[irq]` (nothing is computed then)."""
+        if self.profile is None or self.topology is None:
+            return None
+        if not needs_partition(s.key for s in self.profile.settings):
+            return None
+        placement = plan_placement(self.topology, self.config.housekeeping)
+        nodes = {n.id: n.cpus for n in self.topology.numa_nodes}
+        return cpu_partition(placement, nodes, "the agent's discovery")
 
     def _remediate(self, report: VerifyReport) -> frozenset[str]:
         """Re-apply the drifted keys the guard allows; returns the keys written back."""
@@ -558,6 +588,7 @@ class Agent:
                     hold=hold | frozenset(self._unappliable),
                     by="agent",
                     log=self.log,
+                    partition=self._partition(),
                 )
                 break
             except ApplyFailed as err:
@@ -601,6 +632,33 @@ class Agent:
         log = self.log.error if error != self._apply_error else self.log.debug
         self._last_apply, self._apply_error = "failed", error
         log("apply.failed", reason=reason, profile=self.profile.name, error=error)
+
+    def _hold_latency(self) -> None:
+        """Hold the profile's PM QoS `force_latency` (Host.hold_cpu_latency) for as long as the
+        agent runs, as tuned's daemon does; a changed value on reload replaces the request, a
+        profile without one withdraws it. Failing to hold it is logged, never fatal: verify then
+        reports the key in drift."""
+        setting = self.profile.setting(FORCE_LATENCY_KEY) if self.profile is not None else None
+        want = (
+            int(setting.desired.text)
+            if setting is not None and isinstance(setting.desired, Exact)
+            else None
+        )
+        if want == self._latency[0]:
+            return
+        if self._latency[1] is not None:
+            os.close(self._latency[1])
+            self.log.info("pm-qos.released", microseconds=self._latency[0])
+        self._latency = (None, None)
+        if want is None:
+            return
+        try:
+            fd = self.host.hold_cpu_latency(want)
+        except McpnodeError as err:
+            self.log.error("pm-qos.unavailable", microseconds=want, error=str(err))
+            return
+        self._latency = (want, fd)
+        self.log.info("pm-qos.held", microseconds=want, path=CPU_DMA_LATENCY)
 
     def _write_state(self) -> None:
         """Write /run/mcpnode/agent.json under the state lock (taken only if free now, or
@@ -651,7 +709,7 @@ class Agent:
         digest = content_hash(built.manifest)
         if digest != self._manifest_hash:
             try:
-                path = publish(self.host, built.manifest)
+                path = publish(self.host, built.manifest, publication(self._stamp, os.getpid()))
             except HostError as err:
                 self.log.error("manifest.publish-failed", reason=reason, error=str(err))
             else:
@@ -765,11 +823,13 @@ class Agent:
         if self.backend is not None:
             self.backend.close()
         try:
+            stamp = read_stamp(self.host)  # before discovery (placement/source.py)
             self.backend = open_backend(self.host)
             self.topology = discover(self.host, self.backend)
         except McpnodeError as err:
             self.log.error("rediscover.failed", error=str(err), events=reasons)
             return
+        self._stamp = stamp
         if self.health is not None:
             self.health.restart(self.backend, self.topology)
         self.metrics.count_rediscovery()
@@ -842,13 +902,18 @@ class Agent:
         self._unappliable = {}
         # A reload means "enforce the configuration": not whatever another run applied since.
         self._journal_seen = self.store.identity()
+        self._hold_latency()
         self._apply("reload")
         if config.metrics_listen != old.metrics_listen:
             if self.server is not None:
                 self.server.close()
                 self.server = None
             self._start_metrics()
-        if config.autopin and (not old.autopin or config.pin_rules != old.pin_rules):
+        if config.autopin and (
+            not old.autopin
+            or config.pin_rules != old.pin_rules
+            or config.pin_migrate != old.pin_migrate
+        ):
             self._start_pinner()
             self._schedule("pin", 0.0, self._pin_tick)
         elif not config.autopin and old.autopin:
@@ -927,6 +992,9 @@ class Agent:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
+        if self._latency[1] is not None:
+            os.close(self._latency[1])  # withdraws the PM QoS request
+            self._latency = (None, None)
         with contextlib.suppress(McpnodeError):
             self.host.remove(AGENT_STATE_PATH)
         for kind, (path, _text) in self._exports.items():

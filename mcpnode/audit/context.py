@@ -14,6 +14,7 @@ from mcpnode.host import Host
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
 from mcpnode.tuning.active import ActiveProfile
+from mcpnode.tuning.partition import CpuPartition
 
 CgroupMode = Literal["v2", "hybrid", "v1", "unknown"]
 
@@ -40,6 +41,9 @@ class AuditContext:
     # for an [expect] table in /etc/mcpnode/mcpnode.toml under the root
     expect: Expectation | None = None
     expect_source: str | None = None
+    # The housekeeping CPUs and GPU slices `[irq]` is checked against, when the caller planned
+    # placement; None: audit/tuning.py reads the published manifest's.
+    partition: CpuPartition | None = None
 
     @property
     def has_gpus(self) -> bool:

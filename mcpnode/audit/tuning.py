@@ -15,12 +15,17 @@ from pathlib import Path
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.errors import McpnodeError
+from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
+from mcpnode.tuning.journal import JournalStore
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
 from mcpnode.tuning.verify import VerifyReport, verify
+
+# The published manifest (placement/manifest.py MANIFEST_PATH; the placement layer is above).
+MANIFEST_PATH = "/run/mcpnode/manifest.json"
 
 
 @dataclass(frozen=True)
@@ -46,13 +51,67 @@ def collect(host: Host, ctx: AuditContext) -> TuningFacts:
         )
     except McpnodeError as err:
         return TuningFacts(ctx.profile, None, (), f"{type(err).__name__}: {err}", agent, active)
-    report = verify(host, profile)
+    partition = ctx.partition if ctx.partition is not None else _published_partition(host)
+    report = verify(host, profile, partition, JournalStore(host).managed_irqs())
     overrides = find_overrides(host, persisted_values(report.plan))
     return TuningFacts(ctx.profile, report, overrides, None, agent, active)
 
 
+def _published_partition(host: Host) -> CpuPartition | None:
+    """The CPU partition the published manifest advertises (what `[irq]` is checked against
+    when the audit runs on its own); None when none is published or it is unusable, and then
+    the `[irq]` keys are reported unverified."""
+    import json
+
+    from mcpnode.tuning.partition import from_manifest
+
+    try:
+        text = host.read_optional(MANIFEST_PATH, limit=16 << 20)
+        doc = json.loads(text) if text is not None else None
+        return from_manifest(doc, MANIFEST_PATH) if isinstance(doc, dict) else None
+    except (HostError, ValueError):
+        return None
+
+
 def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
-    return [*_compliance(facts, ctx), *_contested(facts)]
+    return [*_compliance(facts, ctx), *_contested(facts), *_bootloader(facts)]
+
+
+def _bootloader(facts: TuningFacts) -> list[Finding]:
+    """`[bootloader]` arguments configured for the next boot but not in the running kernel's
+    /proc/cmdline (tuning/bootloader.py): a reboot is due. Drift in the configuration itself is
+    tuning.drift's."""
+    if facts.report is None:
+        return []
+    out = []
+    for item in facts.report.plan.items:
+        if not item.key.startswith("bootloader:") or item.action != "ok":
+            continue
+        evidence = (Evidence(item.path or item.key, item.reason),)
+        if "reboot required" in item.reason:
+            inactive = item.reason.split("reboot required: ", 1)[1].split(" not in ")[0]
+            out.append(
+                Finding(
+                    "tuning.bootloader",
+                    Status.WARN,
+                    f"kernel arguments wanted but not active: {inactive} (configured for the "
+                    "next boot)",
+                    evidence,
+                    "Reboot the node (drain it first) so the kernel starts with them",
+                    item.key,
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "tuning.bootloader",
+                    Status.PASS,
+                    "every wanted kernel argument is configured and active",
+                    evidence,
+                    subject=item.key,
+                )
+            )
+    return out
 
 
 def _untuned(active: ActiveProfile | None) -> list[Finding]:

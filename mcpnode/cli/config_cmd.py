@@ -199,6 +199,8 @@ def _rule(rule: PinRule) -> list[str]:
         lines.append(f"cmdline = {_string(rule.cmdline.pattern)}")
     if rule.unit is not None:
         lines.append(f"unit = {_string(rule.unit)}")
+    if rule.migrate is not None:
+        lines.append(f"migrate = {_bool(rule.migrate)}")
     return lines
 
 
@@ -231,6 +233,7 @@ def as_toml(cfg: AgentConfig) -> str:
         f"enabled = {_bool(cfg.autopin)}",
         f"interval = {_number(cfg.pin_interval)}",
         f"scope = {_string(cfg.pin_scope)}",
+        f"migrate = {_bool(cfg.pin_migrate)}",
     ]
     for rule in cfg.pin_rules:
         lines.extend(_rule(rule))

@@ -6,9 +6,10 @@ that need them so `mcpnode --help` stays fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -39,7 +40,10 @@ from mcpnode.errors import (
 
 if TYPE_CHECKING:
     from mcpnode.host import Host
+    from mcpnode.placement.apply import Target
     from mcpnode.tuning.journal import JournalStore
+    from mcpnode.tuning.partition import CpuPartition
+    from mcpnode.tuning.profile import Profile
 
 from mcpnode.cli.exitcodes import (
     EXIT_DATAERR,
@@ -188,6 +192,21 @@ def _journal_store(
     return JournalStore(Host(state_dir), "/tuning-journal.json", command=command, wait_s=wait_s)
 
 
+def _partition(host: Host, profile: Profile) -> CpuPartition | None:
+    """The housekeeping CPUs and GPU slices a profile's `[irq]` places against: the published
+    manifest's when current, else discovery's (a one-line notice says why); None when the
+    profile has no such setting, so other profiles never pay for discovery."""
+    from mcpnode.placement.source import partition_of, resolve
+    from mcpnode.tuning.partition import needs_partition
+
+    if not needs_partition(s.key for s in profile.settings):
+        return None
+    resolved = resolve(host)
+    if resolved.notice is not None:
+        click.echo(f"mcpnode: {resolved.notice}", err=True)
+    return partition_of(resolved)
+
+
 def _command_line(name: str, *args: str | None) -> str:
     """What a run waiting for the state lock is told holds it: `mcpnode apply --profile x`."""
     return " ".join(["mcpnode", name, *(a for a in args if a)])
@@ -316,7 +335,10 @@ def apply(
             "apply", "--profile", profile_name, "--persist" if persist else None
         )
         store = _journal_store(host, state_dir, command, wait_s)
-        result = apply_profile(host, profile, store, persist=persist, dry_run=dry_run)
+        partition = _partition(host, profile)
+        result = apply_profile(
+            host, profile, store, persist=persist, dry_run=dry_run, partition=partition
+        )
     if fmt == "json":
         click.echo(render_tuning.apply_json(result))
     else:
@@ -359,7 +381,9 @@ def verify(
                 click.echo(render_tuning.verify_none_text(active), nl=False)
                 ctx.exit(EXIT_UNKNOWN)
             profile_name = active.name
-        report = verify_profile(host, load_profile(profile_name, host, profiles_dir))
+        profile = load_profile(profile_name, host, profiles_dir)
+        managed = _journal_store(host, state_dir).managed_irqs()
+        report = verify_profile(host, profile, _partition(host, profile), managed)
     if fmt == "json":
         click.echo(render_tuning.verify_json(report, active))
     else:
@@ -539,13 +563,15 @@ def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fm
     from mcpnode.host import Host
     from mcpnode.placement.build import make_manifest
     from mcpnode.placement.manifest import publish
+    from mcpnode.placement.source import publication, read_stamp
     from mcpnode.probe.section import manifest_section
 
     with Host(root) as host:
+        stamp = read_stamp(host)  # before discovery: an event during it makes the copy stale
         doc = make_manifest(
             host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section
         )
-        path = publish(host, doc)
+        path = publish(host, doc, publication(stamp, os.getpid()))
     if fmt == "json":
         click.echo(render_placement.as_json(doc), nl=False)
     else:
@@ -660,13 +686,18 @@ def export(
 
 
 def placement_options(fn: F) -> F:
-    """--gpu, --scope, --membind/--preferred, --housekeeping, --root: what to place on."""
+    """--gpu, --scope, --membind/--preferred, --housekeeping, --fresh, --root: what to place on."""
+    fn = click.option(
+        "--fresh",
+        is_flag=True,
+        help="Discover the topology instead of using the published manifest.",
+    )(fn)
     fn = click.option(
         "--housekeeping",
-        default="first-core",
-        show_default=True,
+        default=None,
         metavar="first-core|none|CPULIST",
-        help="CPUs kept out of every GPU's exclusive slice.",
+        help="CPUs kept out of every GPU's exclusive slice (default: the published manifest's "
+        "policy, else first-core).",
     )(fn)
     fn = click.option(
         "--membind/--preferred",
@@ -687,22 +718,33 @@ def placement_options(fn: F) -> F:
     return root_option(fn)
 
 
-def _target(root: str, selector: str, scope: str, membind: bool, housekeeping: str) -> Any:
-    """The placement Target for the GPUs selected, from the topology under `root`."""
+def _target(
+    root: str,
+    selector: str,
+    scope: str,
+    membind: bool,
+    housekeeping: str | None,
+    fresh: bool,
+) -> Target:
+    """The placement Target for the GPUs selected: from the published manifest under `root`
+    when it is current, else from discovery (a one-line notice says why). `all-local` selects
+    by the CPUs this process may use."""
     from mcpnode.host import Host
-    from mcpnode.placement.apply import choose_target
-    from mcpnode.placement.plan import plan_placement
-    from mcpnode.topology.discover import discover_host
+    from mcpnode.placement.apply import caller_cpus, choose_target
+    from mcpnode.placement.source import resolve
 
+    caller = caller_cpus(Host("/"))
     with Host(root) as host:
-        topology = discover_host(host)
+        resolved = resolve(host, housekeeping=housekeeping, fresh=fresh)
+    if resolved.notice is not None:
+        click.echo(f"mcpnode: {resolved.notice}", err=True)
     return choose_target(
-        plan_placement(topology, housekeeping),
+        resolved.placement,
         selector,
         scope="node" if scope == "node" else "slice",
         policy="bind" if membind else "preferred",
-        online=topology.cpus.online,
-        process_cpus=topology.process.cpus,
+        online=resolved.online,
+        process_cpus=caller,
     )
 
 
@@ -725,25 +767,26 @@ def exec_command(
     selector: str,
     scope: str,
     membind: bool,
-    housekeeping: str,
+    housekeeping: str | None,
+    fresh: bool,
     dry_run: bool,
     fmt: str,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (no shell) on the GPU's CPUs, memory node and environment:
-    `mcpnode exec --gpu 0 -- python serve.py`. The topology comes from --root; the CPU affinity
-    and memory policy are always set on this machine's kernel."""
-    import os
-
+    `mcpnode exec --gpu 0 -- python serve.py`. The placement is the published manifest's when it
+    is current (else the topology under --root is discovered), clipped to the CPUs this process
+    may use; the CPU affinity and memory policy are always set on this machine's kernel."""
     from mcpnode.cli import render_exec
     from mcpnode.host import Host
-    from mcpnode.placement.apply import plan_exec, run_exec
+    from mcpnode.placement.apply import caller_cpus, plan_exec, run_exec
 
     if fmt == "json" and not dry_run:
         raise UsageError("--format json needs --dry-run: exec replaces this process")
-    target = _target(root, selector, scope, membind, housekeeping)
     live = Host("/")
-    plan = plan_exec(live, target, command, os.environ, dry_run=dry_run)
+    target = _target(root, selector, scope, membind, housekeeping, fresh)
+    allowed = caller_cpus(live)
+    plan = plan_exec(live, target, command, os.environ, dry_run=dry_run, allowed=allowed)
     if dry_run:
         from mcpnode.cli.render_json import exec_json
 
@@ -757,15 +800,23 @@ def exec_command(
 @placement_options
 @click.option("--force", is_flag=True, help="Re-pin a process someone else already narrowed.")
 @format_option
+@click.option(
+    "--migrate",
+    is_flag=True,
+    help="Also move the process's memory to the GPU's node (migrate_pages), reporting its "
+    "numa_maps before and after.",
+)
 def pin(
     pid: int,
     root: str,
     selector: str,
     scope: str,
     membind: bool,
-    housekeeping: str,
+    housekeeping: str | None,
+    fresh: bool,
     force: bool,
     fmt: str,
+    migrate: bool,
 ) -> None:
     """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
     Refuses kernel threads, and processes already narrowed by someone else unless --force."""
@@ -773,14 +824,22 @@ def pin(
     from mcpnode.host import Host
     from mcpnode.placement.apply import pin_process
 
-    target = _target(root, selector, scope, membind, housekeeping)
-    result = pin_process(Host("/"), pid, target, force=force)
+    target = _target(root, selector, scope, membind, housekeeping, fresh)
+    live = Host("/")
+    result = pin_process(live, pid, target, force=force)
+    move = None
+    if migrate:
+        from mcpnode.placement.memory import migrate_memory
+
+        move = migrate_memory(live, pid, target)
     if fmt == "json":
         from mcpnode.cli.render_json import pin_json
 
-        click.echo(pin_json(result), nl=False)
+        click.echo(pin_json(result, move), nl=False)
         return
     click.echo(render_exec.pin_text(result), nl=False)
+    if move is not None:
+        click.echo(render_exec.migrate_text(move), nl=False)
 
 
 @cli.command("systemd-dropin")
@@ -790,15 +849,24 @@ def pin(
     "--write", "do_write", is_flag=True, help="Write the drop-in under --root (atomically)."
 )
 @format_option
+@click.option(
+    "--slice",
+    "slice_name",
+    default=None,
+    metavar="NAME",
+    help="Also run the service in slice NAME (Slice=), outside a confined system.slice.",
+)
 def systemd_dropin(
     root: str,
     selector: str,
     scope: str,
     membind: bool,
-    housekeeping: str,
+    housekeeping: str | None,
+    fresh: bool,
     unit: str,
     do_write: bool,
     fmt: str,
+    slice_name: str | None,
 ) -> None:
     """Print (or --write) etc/systemd/system/NAME.service.d/50-mcpnode-placement.conf:
     CPUAffinity=, NUMAPolicy=, NUMAMask= and Environment= for the GPU's placement."""
@@ -806,8 +874,9 @@ def systemd_dropin(
     from mcpnode.placement import systemd
 
     name = systemd.unit_name(unit)
-    target = _target(root, selector, scope, membind, housekeeping)
-    text = systemd.render_dropin(name, target)
+    slice_unit = systemd.slice_name(slice_name) if slice_name is not None else None
+    target = _target(root, selector, scope, membind, housekeeping, fresh)
+    text = systemd.render_dropin(name, target, slice_unit)
     path = systemd.dropin_path(name)
     if do_write:
         with Host(root) as host:
@@ -850,12 +919,14 @@ def _register() -> None:
     from mcpnode.cli.config_cmd import config
     from mcpnode.cli.fleet import fleet_report
     from mcpnode.cli.health_cmd import expect
+    from mcpnode.cli.placement_cmd import ps
     from mcpnode.cli.probe_cmd import probe
 
     cli.add_command(config)
     cli.add_command(fleet_report)
     cli.add_command(expect)
     cli.add_command(probe)
+    cli.add_command(ps)
 
 
 _register()

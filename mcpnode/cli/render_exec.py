@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from mcpnode.placement.apply import ExecPlan, PinResult, Target
+from mcpnode.placement.memory import MemoryMove
 
 
 def target_text(target: Target, *, memory_applied: bool = True) -> str:
@@ -47,3 +48,21 @@ def pin_text(result: PinResult) -> str:
     for tid in result.vanished:
         out += f"thread {tid}: exited while pinning\n"
     return out
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB"
+
+
+def _per_node(memory: dict[int, int]) -> str:
+    return ", ".join(f"node {n} {_mib(b)}" for n, b in memory.items()) or "no pages"
+
+
+def migrate_text(move: MemoryMove) -> str:
+    """`pin --migrate`'s report: numa_maps before and after, what moved, what could not."""
+    return (
+        f"memory before: {_per_node(move.before)}\n"
+        f"migrate_pages: nodes {move.from_nodes.cpulist()} -> {move.to_nodes.cpulist()}, "
+        f"{_mib(move.moved_bytes)} arrived, {move.not_moved_pages} page(s) could not be moved\n"
+        f"memory after: {_per_node(move.after)}\n"
+    )

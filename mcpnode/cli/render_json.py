@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcpnode.placement.apply import ExecPlan, PinResult, Target
+    from mcpnode.placement.memory import MemoryMove
     from mcpnode.snapshot import SnapshotResult
 
 EXEC_SCHEMA = "mcpnode.exec-plan/v1"
@@ -61,8 +62,19 @@ def exec_json(plan: ExecPlan) -> str:
     )
 
 
-def pin_json(result: PinResult) -> str:
-    """What `pin` did: every thread's affinity before and after, the threads that exited."""
+def pin_json(result: PinResult, move: MemoryMove | None = None) -> str:
+    """What `pin` did: every thread's affinity before and after, the threads that exited, and
+    with `--migrate` the process's memory per NUMA node before and after the move."""
+    migration = None
+    if move is not None:
+        migration = {
+            "from_nodes": move.from_nodes.cpulist(),
+            "to_nodes": move.to_nodes.cpulist(),
+            "before_bytes": {str(n): b for n, b in sorted(move.before.items())},
+            "after_bytes": {str(n): b for n, b in sorted(move.after.items())},
+            "moved_bytes": move.moved_bytes,
+            "not_moved_pages": move.not_moved_pages,
+        }
     return _dumps(
         {
             "schema": PIN_SCHEMA,
@@ -76,6 +88,7 @@ def pin_json(result: PinResult) -> str:
                 for t in result.threads
             ],
             "vanished": list(result.vanished),
+            "migration": migration,
         }
     )
 

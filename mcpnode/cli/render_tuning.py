@@ -137,6 +137,7 @@ def apply_json(result: ApplyResult) -> str:
         "recovered": [_outcome_json(o) for o in result.recovered],
         "loads": [_outcome_json(o) for o in result.loads],
         "writes": [_outcome_json(o) for o in result.writes],
+        "managed": [_outcome_json(o) for o in result.managed],
         "persist": persist,
         "journal": result.journal,
         "notes": list(result.notes),

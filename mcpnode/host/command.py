@@ -70,6 +70,40 @@ class HostCommands(HostRecord):
             self._recording.commands[key] = result.to_json()
         return result
 
+    def run_change(self, argv: tuple[str, ...], timeout_s: float = 300.0) -> CommandResult:
+        """Run a command that changes the machine (`update-grub`, `grubby --update-kernel`) on
+        the live host: no shell, looked up like `command`, counted as a write (the crash-test
+        hook stops after it). A recorded root has no machine to change: NotSupported, nothing
+        run. Raises CommandFailed when the program is missing, times out or exits non-zero."""
+        import shutil
+        import subprocess
+
+        what = f"command:{argv[0] if argv else ''}"
+        if not argv:
+            raise CommandFailed(what, errno_mod.EINVAL, "no command")
+        if not self.is_live:
+            raise NotSupported(what, None, f"`{' '.join(argv)}` needs the live host (--root /)")
+        path = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
+        exe = shutil.which(argv[0], path=path)
+        if exe is None:
+            raise CommandFailed(what, errno_mod.ENOENT, f"{argv[0]} not found on PATH")
+        try:
+            proc = subprocess.run(
+                [exe, *argv[1:]],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise CommandFailed(what, None, f"{argv[0]}: {err}") from err
+        if proc.returncode != 0:
+            detail = (proc.stderr.strip() or proc.stdout.strip())[-400:]
+            raise CommandFailed(what, None, f"{' '.join(argv)} exited {proc.returncode}: {detail}")
+        _count_write()
+        return CommandResult(argv, True, proc.returncode, proc.stdout, proc.stderr)
+
     def load_module(self, name: str) -> None:
         """`modprobe -q -- NAME` on the live machine (needs CAP_SYS_MODULE).
 

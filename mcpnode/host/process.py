@@ -21,6 +21,7 @@ from mcpnode.errors import (
     PlacementUnavailable,
     ProcessGone,
     ReadError,
+    WriteError,
 )
 from mcpnode.host.command import HostCommands
 from mcpnode.host.translate import _translate, _translate_task
@@ -42,6 +43,15 @@ MempolicyMode = Literal["default", "preferred", "bind"]
 # mbind(2) and move_pages(2) numbers, from the same tables as _SYS_SET_MEMPOLICY above.
 _SYS_MBIND = {"x86_64": 237, "aarch64": 235, "riscv64": 235, "ppc64le": 259, "s390x": 268}
 _SYS_MOVE_PAGES = {"x86_64": 279, "aarch64": 239, "riscv64": 239, "ppc64le": 301, "s390x": 310}
+# migrate_pages(2), same tables (asm-generic: 238, between set_mempolicy 237 and move_pages 239).
+_SYS_MIGRATE_PAGES = {
+    "x86_64": 256,
+    "aarch64": 238,
+    "riscv64": 238,
+    "ppc64le": 258,
+    "s390x": 287,
+}
+_CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
 # include/uapi/linux/mempolicy.h: fail if pages already there break the policy; move them.
 _MPOL_MF_STRICT = 1 << 0
 _MPOL_MF_MOVE = 1 << 1
@@ -327,3 +337,120 @@ class HostProcesses(HostCommands):
             if code == errno_mod.ENOSYS:
                 raise NotSupported("mbind", code, "kernel built without NUMA")
             raise _translate(OSError(code, os.strerror(code)), "mbind")
+
+    # -- moving another process's memory -------------------------------------------------------
+
+    def migrate_pages(self, pid: int, old_nodes: Iterable[int], new_nodes: Iterable[int]) -> int:
+        """Move the pages of live process `pid` that are on `old_nodes` to `new_nodes`
+        (migrate_pages(2); Linux 2.6.16+, CONFIG_MIGRATION). Returns the number of pages the
+        kernel could not move (pinned, or shared and not ours to move without
+        CAP_SYS_NICE). Pages already on `new_nodes` are not touched.
+
+        Raises ProcessGone (ESRCH), AccessDenied (EPERM: another user's process without
+        CAP_SYS_NICE), PlacementUnavailable (EINVAL: a node not online or outside the
+        process's cpuset mems), NotSupported on a recorded root, an unknown architecture or a
+        kernel without NUMA or migration (ENOSYS)."""
+        import ctypes
+        import platform
+
+        self._require_live(f"pid:{pid}")
+        machine = platform.machine()
+        nr = _SYS_MIGRATE_PAGES.get(machine)
+        if nr is None:
+            raise NotSupported("migrate_pages", None, f"syscall number unknown for {machine}")
+        old, new = sorted(frozenset(old_nodes)), sorted(frozenset(new_nodes))
+        if not old or not new or min(old + new) < 0:
+            raise PlacementUnavailable(f"migrate_pages: bad node lists {old} -> {new}")
+        bits = ctypes.sizeof(ctypes.c_ulong) * 8
+        words = max(old + new) // bits + 1
+        masks = []
+        for nodes in (old, new):
+            mask = (ctypes.c_ulong * words)()
+            for node in nodes:
+                mask[node // bits] |= 1 << (node % bits)
+            masks.append(mask)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        # maxnode one more than the bits passed (mm/mempolicy.c get_nodes(), as set_mempolicy).
+        rc = libc.syscall(
+            ctypes.c_long(nr),
+            ctypes.c_int(int(pid)),
+            ctypes.c_ulong(words * bits + 1),
+            masks[0],
+            masks[1],
+        )
+        if rc < 0:
+            code = ctypes.get_errno()
+            if code == errno_mod.ESRCH:
+                raise ProcessGone(f"pid:{pid}", code, "no such process")
+            if code == errno_mod.EINVAL:
+                raise PlacementUnavailable(
+                    f"migrate_pages {_cpulist(frozenset(old))} -> {_cpulist(frozenset(new))}: "
+                    "the kernel refused the nodes (not online, or outside the process's cpuset)"
+                )
+            if code == errno_mod.ENOSYS:
+                raise NotSupported("migrate_pages", code, "kernel without NUMA page migration")
+            raise _translate(OSError(code, os.strerror(code)), f"pid:{pid}")
+        return int(rc)
+
+    # -- PM QoS: the CPU latency request -------------------------------------------------------
+
+    def _pm_qos_path(self) -> str:
+        """/dev/cpu_dma_latency under the root. On a recorded root it must be a regular file
+        (a test's stand-in): a device node there is never opened."""
+        import stat as stat_mod
+
+        fs = self.fs_path(_CPU_DMA_LATENCY)
+        if not self.is_live:
+            try:
+                st = os.lstat(fs)
+            except OSError as err:
+                raise _translate(err, _CPU_DMA_LATENCY) from err
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise NotSupported(_CPU_DMA_LATENCY, None, "not a regular file in this root")
+        return fs
+
+    def read_cpu_latency(self) -> int:
+        """The CPU wake-up latency the kernel holds to now, in microseconds: the smallest of
+        every open request (reading /dev/cpu_dma_latency returns the aggregate as a 32-bit
+        int; kernel/power/qos.c cpu_latency_qos_read). 2000000000 means no request.
+        Raises PathNotFound (no PM QoS), AccessDenied, ReadError."""
+        import struct
+
+        fs = self._pm_qos_path()
+        try:
+            fd = os.open(fs, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.read(fd, 4)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise _translate(err, _CPU_DMA_LATENCY) from err
+        if len(data) != 4:
+            raise ReadError(_CPU_DMA_LATENCY, None, f"{len(data)} bytes, expected 4")
+        return int(struct.unpack("=i", data)[0])
+
+    def hold_cpu_latency(self, microseconds: int) -> int:
+        """Ask the kernel to keep CPU wake-up latency at most `microseconds` for as long as the
+        returned descriptor stays open: open /dev/cpu_dma_latency and write the value as a
+        32-bit int (Documentation/power/pm_qos_interface.rst; tuned's cpu plugin does the same
+        for `force_latency`). Closing the descriptor (os.close, or the process exiting)
+        withdraws the request. Raises PathNotFound, AccessDenied (needs root), WriteError."""
+        import struct
+
+        if not 0 <= microseconds < 1 << 31:
+            raise WriteError(_CPU_DMA_LATENCY, errno_mod.EINVAL, f"{microseconds} is not a latency")
+        fs = self._pm_qos_path()
+        try:
+            fd = os.open(fs, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise _translate(err, _CPU_DMA_LATENCY) from err
+        try:
+            written = os.write(fd, struct.pack("=i", microseconds))
+        except OSError as err:
+            os.close(fd)
+            raise _translate(err, _CPU_DMA_LATENCY) from err
+        if written != 4:
+            os.close(fd)
+            raise WriteError(_CPU_DMA_LATENCY, None, f"short write: {written} of 4 bytes")
+        return fd

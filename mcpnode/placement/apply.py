@@ -18,7 +18,7 @@ the machine lacks is PlacementUnavailable, never the silent narrowing sched_seta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from mcpnode.errors import (
@@ -91,12 +91,16 @@ def choose_target(
     policy: Policy = "preferred",
     online: CpuSet | None = None,
     process_cpus: CpuSet | None = None,
+    allowed: CpuSet | None = None,
 ) -> Target:
     """The CPUs, memory nodes and environment for the GPUs `selector` names (see select_gpus).
 
     `scope="slice"` uses the GPUs' exclusive slices, `"node"` their NUMA-local CPUs (clipped to
-    `online`, the topology's online CPUs, when given). Raises UsageError for an unknown GPU, or
-    one without a slice / NUMA node (the problem says why)."""
+    `online`, the topology's online CPUs, when given). `allowed`: the CPUs the process to be
+    placed may use (its cgroup cpuset, a Slurm job's CPUs); the target is narrowed to them, as
+    sched_setaffinity(2) would narrow it anyway. Raises UsageError for an unknown GPU, or one
+    without a slice / NUMA node (the problem says why), PlacementUnavailable when nothing of
+    the GPUs' CPUs is left inside `allowed`."""
     gpus = select_gpus(placement, selector, process_cpus)
     cpus = CpuSet()
     nodes = CpuSet()
@@ -111,7 +115,33 @@ def choose_target(
             raise UsageError(f"GPU {gpu.index} ({gpu.address}): NUMA node unknown")
         cpus = cpus | have
         nodes = nodes | gpu.memory_nodes
-    return Target(gpus, scope, cpus, policy, nodes, merge_env(g.env for g in gpus))
+    target = Target(gpus, scope, cpus, policy, nodes, merge_env(g.env for g in gpus))
+    return target if allowed is None else clip_target(target, allowed)
+
+
+def clip_target(target: Target, allowed: CpuSet) -> Target:
+    """`target` narrowed to `allowed`, the CPUs the process to be placed may use (its cgroup
+    cpuset, a Slurm job's CPUs), as sched_setaffinity(2) would narrow it anyway. Raises
+    PlacementUnavailable when none of the target's CPUs is left."""
+    cpus = target.cpus & allowed
+    if not cpus:
+        shown = ", ".join(str(g.index) for g in target.gpus)
+        hint = "; --scope node widens it to the GPU's NUMA node" if target.scope == "slice" else ""
+        raise PlacementUnavailable(
+            f"GPU {shown}: none of its {target.scope} CPUs {target.cpus.cpulist()} is among the "
+            f"CPUs this process may use ({allowed.cpulist() or 'none'}: its cgroup cpuset or "
+            f"affinity, e.g. a Slurm job's CPUs){hint}"
+        )
+    return replace(target, cpus=cpus)
+
+
+def caller_cpus(live: Host) -> CpuSet | None:
+    """The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status, which the
+    kernel keeps as the intersection of its affinity and its cgroup cpuset), None when the
+    kernel does not say."""
+    from mcpnode.topology.sysfs import Problems, read_process_cpus
+
+    return read_process_cpus(live, Problems()).cpus
 
 
 def merge_env(envs: Iterable[tuple[tuple[str, str], ...]]) -> tuple[tuple[str, str], ...]:
@@ -249,15 +279,32 @@ def _require_available(live: Host, target: Target) -> None:
 
 
 def plan_exec(
-    live: Host, target: Target, argv: Sequence[str], env: Mapping[str, str], *, dry_run: bool
+    live: Host,
+    target: Target,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    dry_run: bool,
+    allowed: CpuSet | None = None,
 ) -> ExecPlan:
     """Check everything an exec needs, before anything changes. Without `dry_run` a problem
-    raises: CommandNotFound, PlacementUnavailable. With it, problems are returned to print."""
+    raises: CommandNotFound, PlacementUnavailable. With it, problems are returned to print.
+
+    `allowed` (caller_cpus): the CPUs this process may use; a target whose CPUs are all online
+    here is narrowed to them (clip_target). A target naming CPUs this machine lacks is a
+    problem first: clipping must not hide a placement computed for another machine."""
     if not argv:
         raise UsageError("exec: no command given (mcpnode exec --gpu N -- CMD ARGS)")
     problems = live_problems(live, target)
     if problems and not dry_run:
         raise PlacementUnavailable("; ".join(problems))
+    if not problems and allowed is not None:
+        try:
+            target = clip_target(target, allowed)
+        except PlacementUnavailable as err:
+            if not dry_run:
+                raise
+            problems.append(str(err))
     executable: str | None
     if dry_run:
         try:

@@ -7,7 +7,7 @@ goes through the Host it is given.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,10 @@ from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import build_manifest
 from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT, Placement, plan_placement
+from mcpnode.placement.source import cpu_partition
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
+from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.verify import VerifyReport, verify
 
@@ -90,15 +92,21 @@ def build_all(
     placement = plan_placement(topo, housekeeping)
     # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
     # publishes, not with a previous manifest's.
-    ctx = audit_context(
-        host,
-        topo,
-        None,
-        None if profiles_dir is None else str(profiles_dir),
-        housekeeping=placement.housekeeping,
-        observed_xids=observed_xids,
-        expect=expect,
-        expect_source=expect_source,
+    partition = cpu_partition(
+        placement, {n.id: n.cpus for n in topo.numa_nodes}, "this manifest's placement"
+    )
+    ctx = replace(
+        audit_context(
+            host,
+            topo,
+            None,
+            None if profiles_dir is None else str(profiles_dir),
+            housekeeping=placement.housekeeping,
+            observed_xids=observed_xids,
+            expect=expect,
+            expect_source=expect_source,
+        ),
+        partition=partition,
     )
     profile = ctx.profile
     tuning: VerifyReport | str | None
@@ -107,7 +115,8 @@ def build_all(
         tuning = ctx.active.problem if ctx.active is not None else None
     else:
         try:
-            tuning = verify(host, load_profile(profile, host, profiles_dir))
+            managed = JournalStore(host).managed_irqs()
+            tuning = verify(host, load_profile(profile, host, profiles_dir), partition, managed)
         except McpnodeError as err:
             tuning = f"{type(err).__name__}: {err}"
     when = now or datetime.now(timezone.utc)

@@ -14,21 +14,27 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcpnode.audit.model import AuditReport, Status
 from mcpnode.errors import ManifestError, PathNotFound
 from mcpnode.host import Host
-from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
-from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
-from mcpnode.tuning.verify import VerifyReport
+
+if TYPE_CHECKING:
+    # Only the builder needs these; a launcher reading the manifest (placement/source.py) does
+    # not pay for importing the audit and tuning engines.
+    from mcpnode.audit.model import AuditReport
+    from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
+    from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
+    from mcpnode.tuning.verify import VerifyReport
 
 SCHEMA = "mcpnode.manifest/v1"
 SCHEMA_MAJOR = 1
 MANIFEST_PATH = "/run/mcpnode/manifest.json"
 MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
 _SCHEMA_RE = re.compile(r"mcpnode\.manifest/v(\d+)")
-_UNHASHED = ("content_hash", "generated_at")
+# `publication` says when and where this copy was published (placement/source.py), like
+# generated_at: republishing an unchanged machine keeps its hash.
+_UNHASHED = ("content_hash", "generated_at", "publication")
 
 __all__ = ["MANIFEST_PATH", "SCHEMA", "ManifestError", "build_manifest", "load_manifest", "publish"]
 
@@ -104,10 +110,14 @@ def dumps(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
 
 
-def publish(host: Host, manifest: dict[str, Any]) -> str:
+def publish(
+    host: Host, manifest: dict[str, Any], publication: Mapping[str, Any] | None = None
+) -> str:
     """Write `manifest` to /run/mcpnode/manifest.json atomically (temp, fsync, rename), mode
-    0644. Returns the logical path. Raises AccessDenied / WriteError."""
-    host.write_file_atomic(MANIFEST_PATH, dumps(manifest).encode(), MANIFEST_MODE)
+    0644, with its `publication` stamp (placement/source.py) when given: what launchers check
+    its freshness against. Returns the logical path. Raises AccessDenied / WriteError."""
+    doc = manifest if publication is None else {**manifest, "publication": dict(publication)}
+    host.write_file_atomic(MANIFEST_PATH, dumps(doc).encode(), MANIFEST_MODE)
     return MANIFEST_PATH
 
 
@@ -178,6 +188,8 @@ def gpu_health(address: str, audit: AuditReport | None) -> dict[str, Any]:
     that FAILed and WARNed are listed, so a scheduler can tell an XID from a capped clock."""
     if audit is None:
         return {"status": "unknown", "failed": [], "warned": []}
+    from mcpnode.audit.model import Status  # the audit's types only once there is a report
+
     mine = [f for f in audit.findings if f.subject == address]
     failed = sorted({f.id for f in mine if f.status is Status.FAIL})
     warned = sorted({f.id for f in mine if f.status is Status.WARN})
@@ -230,7 +242,7 @@ def _nic_choice(c: NicChoice) -> dict[str, Any]:
 
 
 def _placement(p: GpuPlacement) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "index": p.index,
         "uuid": p.uuid,
         "address": str(p.address),
@@ -243,6 +255,19 @@ def _placement(p: GpuPlacement) -> dict[str, Any]:
         "nvlink_peers": list(p.nvlink_peers),
         "env": dict(p.env),
     }
+    if p.mig:  # only in MIG mode: manifests of other GPUs stay as they were
+        out["mig_devices"] = [
+            {
+                "uuid": m.uuid,
+                "gpu_instance_id": m.gpu_instance_id,
+                "compute_instance_id": m.compute_instance_id,
+                "memory_mib": m.memory_mib,
+                "profile": m.profile,
+                "env": dict(m.env),
+            }
+            for m in p.mig
+        ]
+    return out
 
 
 def _tuning(tuning: VerifyReport | str | None, source: str | None) -> dict[str, Any]:
@@ -270,6 +295,8 @@ def _tuning(tuning: VerifyReport | str | None, source: str | None) -> dict[str, 
 
 
 def _audit(audit: AuditReport | None) -> dict[str, Any] | None:
+    from mcpnode.audit.model import Status
+
     if audit is None:
         return None
     ids = sorted({f.id for f in audit.findings if f.status is Status.FAIL})

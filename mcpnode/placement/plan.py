@@ -22,6 +22,11 @@ Pure: takes a Topology, reads nothing. The rules (docs/placement.md explains the
   only when no RDMA NIC is within reach. Of the candidates only the best bucket is kept
   (PIX < PXB < PHB < NODE), ties ordered by link speed, then width, then PCI address; SR-IOV
   virtual functions are left to the VMs they exist for.
+* **MIG**: a GPU in MIG mode lists its MIG devices (GPU instance / compute instance, UUID,
+  memory), each with the launcher environment of its own UUID (`CUDA_VISIBLE_DEVICES=MIG-...`,
+  the only way CUDA selects one) and the parent's NICs. They share the parent's slice, local
+  CPUs and memory node: MIG partitions the GPU's SMs and memory, not the host side, and the
+  slice is already the GPU's share of its node. `--gpu MIG-...` selects one.
 * **Environment**: `CUDA_VISIBLE_DEVICES` by UUID (index when NVML did not answer) and
   `CUDA_DEVICE_ORDER=PCI_BUS_ID` (CUDA's default order is fastest-first, not nvidia-smi's);
   `NCCL_IB_HCA` as `=mlx5_0:1,...` — the leading `=` asks NCCL for exact names, without it
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mcpnode.errors import UsageError
 from mcpnode.topology.distance import RANK, classify
@@ -67,6 +72,18 @@ class NicChoice:
 
 
 @dataclass(frozen=True)
+class MigPlacement:
+    """One MIG device of a GPU: its identity and the environment that selects it."""
+
+    uuid: str
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_mib: int | None
+    profile: str | None  # `3g.40gb`
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class GpuPlacement:
     index: int
     uuid: str | None
@@ -79,6 +96,7 @@ class GpuPlacement:
     nics: tuple[NicChoice, ...]  # best bucket only, nearest/fastest first
     nvlink_peers: tuple[int, ...]  # indices of GPUs reached over NVLink
     env: tuple[tuple[str, str], ...]  # (name, value), in a fixed order
+    mig: tuple[MigPlacement, ...] = ()  # MIG devices, by slot (MIG mode only)
 
 
 @dataclass(frozen=True)
@@ -149,9 +167,32 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
                 nics=nics,
                 nvlink_peers=peers,
                 env=launcher_env(gpu.index, uuid, nics),
+                mig=_mig(gpu, nics),
             )
         )
     return Placement(gpus=tuple(out), housekeeping=reserved, problems=tuple(problems))
+
+
+def _mig(gpu: Gpu, nics: tuple[NicChoice, ...]) -> tuple[MigPlacement, ...]:
+    devices = gpu.nvml.mig_devices if gpu.nvml is not None else None
+    return tuple(
+        MigPlacement(
+            uuid=d.uuid,
+            gpu_instance_id=d.gpu_instance_id,
+            compute_instance_id=d.compute_instance_id,
+            memory_mib=d.memory_mib,
+            profile=d.profile,
+            env=launcher_env(gpu.index, d.uuid, nics),
+        )
+        for d in devices or ()
+        if d.uuid is not None
+    )
+
+
+def as_mig(parent: GpuPlacement, mig: MigPlacement) -> GpuPlacement:
+    """The placement of one MIG device: its parent's, with the device's own UUID and
+    environment (and no MIG devices of its own)."""
+    return replace(parent, uuid=mig.uuid, env=mig.env, mig=())
 
 
 _GPU_INDEX = re.compile(r"[0-9]{1,4}", re.ASCII)
@@ -160,7 +201,8 @@ _GPU_INDEX = re.compile(r"[0-9]{1,4}", re.ASCII)
 def select_gpus(
     placement: Placement, selector: str, process_cpus: CpuSet | None = None
 ) -> tuple[GpuPlacement, ...]:
-    """The GPUs `selector` names: an index (`"3"`), a UUID (`"GPU-8f..."`), or `"all-local"`
+    """The GPUs `selector` names: an index (`"3"`), a UUID (`"GPU-8f..."`, or a MIG device's
+    `"MIG-..."`: its parent's placement with its own environment), or `"all-local"`
     (every GPU whose node holds all of `process_cpus`). Raises UsageError naming the selector.
 
     An index is ASCII digits and nothing else: str.isdigit() also takes `²` (which int()
@@ -191,6 +233,9 @@ def select_gpus(
     for g in placement.gpus:
         if g.uuid is not None and g.uuid.lower() == sel.lower():
             return (g,)
+        for m in g.mig:
+            if m.uuid.lower() == sel.lower():
+                return (as_mig(g, m),)
     raise UsageError(
         f"--gpu {selector!r}: not a GPU index, a known UUID or 'all-local' (GPUs: {known})"
     )

@@ -61,8 +61,20 @@ def quote_assignment(name: str, value: str) -> str:
     return f'"{name}={escaped}"'
 
 
-def render_dropin(unit: str, target: Target) -> str:
-    """The drop-in file's text for `unit`."""
+def slice_name(name: str) -> str:
+    """`NAME` as a slice unit name (`.slice` added when missing). Raises UsageError for a name
+    systemd would not accept, `-.slice` (the root slice) and `system.slice` (the point of a
+    separate slice is to be outside it: docs/placement.md, housekeeping confinement)."""
+    unit = name if name.endswith(".slice") else name + ".slice"
+    stem = unit.removesuffix(".slice")
+    if not _UNIT_NAME.match(unit) or len(unit) > 255 or stem in ("", ".", "..", "-", "system"):
+        raise UsageError(f"--slice {name!r}: not a slice outside system.slice")
+    return unit
+
+
+def render_dropin(unit: str, target: Target, slice_unit: str | None = None) -> str:
+    """The drop-in file's text for `unit`; `slice_unit` also moves the service into that slice
+    (`Slice=`), outside system.slice when `[housekeeping] confine` narrows it."""
     gpus = ", ".join(
         f"GPU {g.index} ({g.uuid or 'uuid unknown'}, {g.address})" for g in target.gpus
     )
@@ -80,6 +92,8 @@ def render_dropin(unit: str, target: Target) -> str:
     ]
     if env:
         lines.append(f"Environment={env}")
+    if slice_unit is not None:
+        lines.append(f"Slice={slice_unit}")
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ from mcpnode.topology.model import (
     SCHEMA_VERSION,
     CpuSet,
     NumaNode,
+    NvmlGpu,
     PciAddress,
     Topology,
     fields,
@@ -32,6 +33,10 @@ def jsonable(obj: Any, key: str | None = None) -> Any:
         out = {name: jsonable(getattr(obj, name), name) for name in fields(obj)}
         if isinstance(obj, NumaNode):
             out["cpuless"] = obj.cpuless
+        if isinstance(obj, NvmlGpu) and obj.mig_devices is None:
+            # Only in MIG mode, when known: the JSON of every other GPU (and of captures made
+            # before MIG devices were enumerated) stays as it was; `unavailable` says why.
+            del out["mig_devices"]
         return out
     if isinstance(obj, tuple | list):
         return [jsonable(x) for x in obj]

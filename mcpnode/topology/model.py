@@ -415,6 +415,27 @@ class GpuProcess:
 
 
 @record(frozen=True)
+class MigDevice:
+    """A MIG device (one compute instance of one GPU instance) of a GPU in MIG mode, as NVML's
+    MIG device handle answers (nvidia-smi -L: `MIG 3g.40gb Device 0: (UUID: MIG-...)`)."""
+
+    index: int  # slot on its parent (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: str | None  # `MIG-<uuid>` (R470+), what CUDA_VISIBLE_DEVICES takes
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_mib: int | None
+    slices: int | None  # the GPU instance's slice count: the `3g` of 3g.40gb
+
+    @property
+    def profile(self) -> str | None:
+        """nvidia-smi's name for it, `3g.40gb`: the slice count and the memory in GiB rounded
+        up, as the profile names are (3g.40gb has 40320 MiB, 1g.10gb 9856 MiB on H100 80GB)."""
+        if self.slices is None or self.memory_mib is None:
+            return None
+        return f"{self.slices}g.{-(-self.memory_mib // 1024)}gb"
+
+
+@record(frozen=True)
 class NvmlGpu:
     """What NVML says about one GPU. A fact NVML could not give is None, and `unavailable`
     says why (`("ecc_mode", "NotSupported")`)."""
@@ -475,6 +496,9 @@ class NvmlGpu:
     default_app_clock_sm_mhz: int | None = None
     default_app_clock_mem_mhz: int | None = None
     pcie_replay_count: int | None = None  # PCIe replays since the driver loaded
+    # MIG devices when MIG is on (current mode), by slot; None when MIG is off or they could
+    # not be enumerated (`unavailable` says why).
+    mig_devices: tuple[MigDevice, ...] | None = None
 
     @property
     def active_links(self) -> int:

@@ -327,6 +327,8 @@ class LiveNvml:
             return int(nvml.nvmlDeviceGetP2PStatus(h, self._handle(nvml, rest[0]), rest[1]))
         if fn == "nvmlDeviceGetFieldValues":
             return self._field_value(nvml, fn, h, rest)
+        if fn == "nvmlDeviceGetMigDeviceInfo":
+            return self._mig_device(nvml, h, rest[0])
         getter = getattr(nvml, fn, None)
         if getter is None:
             # An older binding without this function: same answer as a driver without the symbol.
@@ -348,6 +350,23 @@ class LiveNvml:
         if isinstance(value, (str, bytes)):
             return _text(value)
         return int(value)
+
+    @staticmethod
+    def _mig_device(nvml: Any, h: Any, slot: int) -> dict[str, Any]:
+        """One MIG device, asked through its own handle (handles never leave this class, so
+        the recording names the parent's index and the slot): nvmlDeviceGetMigDeviceHandleByIndex
+        (NotFound for an empty slot), then nvmlDeviceGetUUID, ...GetGpuInstanceId,
+        ...GetComputeInstanceId and nvmlDeviceGetAttributes (memorySizeMB,
+        gpuInstanceSliceCount) on it."""
+        mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+        attrs = nvml.nvmlDeviceGetAttributes(mig)
+        return {
+            "uuid": _text(nvml.nvmlDeviceGetUUID(mig)),
+            "gpuInstanceId": int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+            "computeInstanceId": int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+            "memorySizeMB": int(attrs.memorySizeMB),
+            "gpuInstanceSliceCount": int(attrs.gpuInstanceSliceCount),
+        }
 
     def _field_value(self, nvml: Any, fn: str, h: Any, rest: tuple[int, ...]) -> Any:
         """One field (fieldId, scopeId) of nvmlDeviceGetFieldValues: its value, or the entry's

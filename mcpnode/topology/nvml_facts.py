@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from mcpnode.topology.model import (
     CpuSet,
     GpuProcess,
+    MigDevice,
     NvLink,
     NvmlGpu,
     NvmlState,
@@ -249,6 +250,7 @@ def _collect_gpu(backend: GpuBackend, i: int, cpu_words: int, node_words: int) -
     rows = g.ask("remapped_rows", "nvmlDeviceGetRemappedRows", conv=lambda v: tuple(v))
     # "MIG Mode" current/pending, "Compute Mode"
     mig = g.ask("mig_mode", "nvmlDeviceGetMigMode", conv=_pair)
+    mig_devices = _mig_devices(g) if mig is not None and mig[0] else None
     compute_mode = g.ask(
         "compute_mode",
         "nvmlDeviceGetComputeMode",
@@ -396,7 +398,43 @@ def _collect_gpu(backend: GpuBackend, i: int, cpu_words: int, node_words: int) -
         default_app_clock_sm_mhz=clocks["default_app_clock_sm"],
         default_app_clock_mem_mhz=clocks["default_app_clock_mem"],
         pcie_replay_count=replays,
+        mig_devices=mig_devices,
     )
+
+
+def _mig_devices(g: _Gpu) -> tuple[MigDevice, ...] | None:
+    """`nvidia-smi -L`'s MIG lines: every slot up to nvmlDeviceGetMaxMigDeviceCount asked
+    through its MIG handle (the live backend's nvmlDeviceGetMigDeviceInfo: UUID, GPU and
+    compute instance ids, attributes). NotFound is an empty slot (destroyed instances leave
+    gaps; Slurm's NVML plugin skips them the same way); any other error makes the set unknown,
+    never a shorter list."""
+    count = g.ask("mig_devices", "nvmlDeviceGetMaxMigDeviceCount", conv=int)
+    if count is None:
+        return None
+    out = []
+    for slot in range(min(count, 64)):
+        try:
+            info = g.backend.call("nvmlDeviceGetMigDeviceInfo", g.index, slot)
+        except NvmlError as err:
+            if err.name == "NotFound":
+                continue
+            g.unavailable.append(("mig_devices", err.name))
+            return None
+        try:
+            out.append(
+                MigDevice(
+                    index=slot,
+                    uuid=str(info["uuid"]),
+                    gpu_instance_id=int(info["gpuInstanceId"]),
+                    compute_instance_id=int(info["computeInstanceId"]),
+                    memory_mib=int(info["memorySizeMB"]),
+                    slices=int(info["gpuInstanceSliceCount"]),
+                )
+            )
+        except (TypeError, ValueError, KeyError) as err:
+            g.unavailable.append(("mig_devices", f"malformed answer: {err}"))
+            return None
+    return tuple(out)
 
 
 def _nvlinks(g: _Gpu) -> tuple[NvLink, ...]:

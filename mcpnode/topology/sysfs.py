@@ -39,6 +39,9 @@ PROC_NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 PROC_SELF = "/proc/self"
 PROC_HOSTNAME = "/proc/sys/kernel/hostname"
 PROC_OSRELEASE = "/proc/sys/kernel/osrelease"
+# What a published manifest's freshness is checked against (placement/source.py).
+PROC_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+SYS_UEVENT_SEQNUM = "/sys/kernel/uevent_seqnum"
 
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
 _NODE_DIR = re.compile(r"^node(\d+)$")

@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 import structlog
 
 from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.host import FileStat, Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
 from mcpnode.tuning.journal import (
@@ -48,11 +48,12 @@ from mcpnode.tuning.journal import (
     PersistRecord,
 )
 from mcpnode.tuning.outcome import Outcome, Result
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values, render_conf
 from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
 from mcpnode.tuning.privilege import denied_hint
 from mcpnode.tuning.profile import Profile
-from mcpnode.tuning.state import Absent, read_state, read_value
+from mcpnode.tuning.state import Absent, Reading, read_state, read_value
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH
@@ -94,6 +95,7 @@ class ApplyResult:
     persist: PersistResult | None
     journal: str
     notes: tuple[str, ...]
+    managed: tuple[Outcome, ...] = ()  # interrupts the kernel refused to move (EIO)
 
 
 @dataclass(frozen=True)
@@ -104,11 +106,27 @@ class RollbackResult:
 
 
 def _write(
-    host: Host, item_key: str, path: str, old: str | None, new: str, event: str, log: Any
+    host: Host,
+    item_key: str,
+    path: str,
+    old: str | None,
+    new: str,
+    event: str,
+    log: Any,
+    whole_file: bool = False,
 ) -> Outcome:
-    """One value write, logged. Returns the outcome; never raises HostError."""
+    """One value write, logged. Returns the outcome; never raises HostError.
+
+    An irqbalance key's value goes into its environment file (tuning/irq.py): `new` is the
+    banned cpulist to set, or with `whole_file` (restores, undo) the file's original text; the
+    outcome's `old` is then the whole file as it was, so an undo puts it back byte for byte."""
     try:
-        host.write_text(path, new + "\n")
+        if item_key == paths.GRUBBY_KEY:
+            old = _write_grubby(host, new, whole_file)
+        elif item_key in paths.FILE_KEYS:
+            old = _write_file_key(host, item_key, path, new, whole_file)
+        else:
+            host.write_text(path, new + "\n")
     except HostError as err:
         result: Result = "restore-failed" if event != "write" else "failed"
         outcome = Outcome(item_key, path, old, new, result, str(err), err.errno)
@@ -119,7 +137,70 @@ def _write(
     return Outcome(item_key, path, old, new, written)
 
 
+def _write_file_key(host: Host, key: str, path: str, new: str, whole_file: bool) -> str:
+    """Write a whole-file key (paths.FILE_KEYS) atomically, keeping the file's mode and owner:
+    irqbalance's banned CPUs set in its environment file (tuning/irq.py), or with `whole_file`
+    (restores, undo) and for drop-ins `new` as the whole text, "" removing the file. Returns
+    the file's text before ("" when it did not exist). Raises HostError."""
+    from mcpnode.tuning.irq import MAX_ENV_FILE_BYTES, with_banned
+
+    before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
+    irqbalance = key in paths.IRQBALANCE_FILES
+    text = with_banned(before or "", new) if irqbalance and not whole_file else new
+    st = host.lstat(path)
+    _put(host, path, text, st, keep_empty=irqbalance)
+    if key == "bootloader:grub":
+        from mcpnode.tuning.bootloader import regenerate_grub
+
+        try:
+            regenerate_grub(host)  # GRUB reads grub.cfg, not the drop-in (tuning/bootloader.py)
+        except HostError:
+            # This step failed as a whole: the drop-in goes back before the error is reported,
+            # so the caller's undo (which skips a failed write) has nothing left behind.
+            _put(host, path, before or "", st, keep_empty=False)
+            raise
+    return before or ""
+
+
+def _put(host: Host, path: str, text: str, st: FileStat | None, *, keep_empty: bool) -> None:
+    """`text` as the whole file (mode and owner of `st` kept); "" removes it unless
+    `keep_empty`."""
+    if text == "" and not keep_empty:
+        host.remove(path)
+        return
+    mode = st.mode & 0o7777 if st is not None else 0o644
+    owner = (st.uid, st.gid) if st is not None else None
+    host.write_file_atomic(path, text.encode("utf-8"), mode=mode, owner=owner)
+
+
+def _write_grubby(host: Host, new: str, whole: bool) -> str:
+    """Add the arguments `new` to every kernel with grubby, or with `whole` bring the default
+    kernel's arguments back to `new` (tuning/bootloader.py). Returns the arguments before.
+    Raises HostError (CommandFailed, NotSupported)."""
+    from mcpnode.tuning import bootloader
+
+    before = bootloader.grubby_args(host) or ""
+    if whole:
+        bootloader.grubby_restore(host, new)
+    else:
+        bootloader.grubby_update(host, new.split())
+    return before
+
+
 def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Outcome:
+    if entry.key in paths.RAW_KEYS:
+        try:
+            if entry.key == paths.GRUBBY_KEY:
+                from mcpnode.tuning.bootloader import grubby_args
+
+                text = grubby_args(host)
+            else:
+                text = host.read_optional(entry.path, limit=1 << 16) or ""
+        except HostError:
+            text = None
+        if text == entry.original:
+            return Outcome(entry.key, entry.path, text, entry.original, "unchanged")
+        return _write(host, entry.key, entry.path, text, entry.original, event, log, True)
     reading = read_value(host, entry.path)
     if isinstance(reading, Absent):
         log.warning(event, key=entry.key, old=None, new=entry.original, result="gone")
@@ -250,9 +331,13 @@ def apply_profile(
     hold: frozenset[str] = frozenset(),
     by: AppliedBy = "cli",
     log: Any | None = None,
+    partition: CpuPartition | None = None,
 ) -> ApplyResult:
     """Apply `profile` to `host`, journaling originals in `store` first, under the state lock
     (a dry run only reads, unlocked). `by` is recorded in the journal as who applied it.
+    `partition`: the housekeeping CPUs and GPU slices `[irq]` places against (None: its items
+    are skipped, saying why). An interrupt the kernel refuses to move (EIO) is recorded in the
+    journal as managed, not a failure (tuning/irq.py).
 
     `hold` names keys left exactly as they are: not written, not restored, their journal
     entries kept. The agent holds the keys it gave up remediating (another owner keeps
@@ -264,9 +349,9 @@ def apply_profile(
     and HostError subclasses for failures outside the writes."""
     log = log if log is not None else logger()
     if dry_run:
-        return _apply(host, profile, store, persist, True, hold, by, log)
+        return _apply(host, profile, store, persist, True, hold, by, log, partition)
     with store.lock.hold(store.wait_s):
-        return _apply(host, profile, store, persist, False, hold, by, log)
+        return _apply(host, profile, store, persist, False, hold, by, log, partition)
 
 
 def _apply(
@@ -278,6 +363,7 @@ def _apply(
     hold: frozenset[str],
     by: AppliedBy,
     log: Any,
+    partition: CpuPartition | None,
 ) -> ApplyResult:
     journal = store.load()
     _fault_pause()
@@ -300,13 +386,15 @@ def _apply(
     if hold:
         profile = replace(profile, settings=tuple(x for x in profile.settings if x.key not in hold))
     extra = [e.path for e in entries]
+    known_managed = journal.managed_irqs if journal is not None else ()
+    refused_before = frozenset(known_managed)
 
-    state = read_state(host, profile, extra)
+    state = read_state(host, profile, extra, partition=partition, managed=refused_before)
     current = plan(profile, state)
     loads: tuple[Outcome, ...] = ()
     if current.loads and not dry_run:
         loads = _load_modules(host, current.loads, log)
-        state = read_state(host, profile, extra)
+        state = read_state(host, profile, extra, partition=partition, managed=refused_before)
         current = plan(profile, state)
     restores = plan_restores(tuple((e.key, e.path, e.original) for e in entries), current, state)
 
@@ -344,9 +432,9 @@ def _apply(
     kept = [e for e in base.entries if e.path in planned_paths or e in held]
     known = {e.path for e in base.entries}
     added = [
-        JournalEntry(i.key, i.path, restorable(i.current))
+        JournalEntry(i.key, i.path, _original(i, state.readings.get(i.path)))
         for i in current.writes
-        if i.path not in known and i.current is not None
+        if i.path not in known and (i.current is not None or i.key in paths.RAW_KEYS)
     ]
     persist_record = base.persist
     if persist and persist_record is None:
@@ -369,9 +457,15 @@ def _apply(
         store.save(working)
 
     done: list[Outcome] = []
+    managed: list[Outcome] = []
     for item in todo:
         assert item.desired is not None
-        outcome = _write(host, item.key, item.path, item.current, item.desired, "write", log)
+        whole = item.rule == "original"  # a restore of an entry the profile no longer sets
+        outcome = _write(host, item.key, item.path, item.current, item.desired, "write", log, whole)
+        if outcome.failed and _is_managed(item.key, outcome):
+            log.info("write", key=item.key, old=item.current, new=item.desired, result="managed")
+            managed.append(replace(outcome, result="managed"))
+            continue
         if outcome.failed:
             _fail(host, store, journal, done, outcome, log)
         done.append(outcome)
@@ -387,12 +481,50 @@ def _apply(
         log.info("write", key=PERSIST_KEY, old=None, new=profile.name, result="ok")
 
     # Kept even with no entries: it records which profile is applied (tuning/active.py).
-    final = Journal("applied", profile.name, (*kept, *added), persist_record, modules, applied)
+    refused = {o.key for o in managed}
+    managed_irqs = tuple(
+        sorted(
+            {*known_managed, *(n for o in managed if (n := paths.irq_number(o.key)) is not None)}
+        )
+    )
+    final = Journal(
+        "applied",
+        profile.name,
+        (*kept, *(e for e in added if e.key not in refused)),
+        persist_record,
+        modules,
+        applied,
+        managed_irqs,
+    )
     if working is not None or final != journal:
         store.save(final)
     restored = sum(1 for r in restores if r.action == "set")
     if restored:
         notes.append(f"restored {restored} key(s) the previous profile set and this one does not")
+    if managed:
+        notes.append(
+            f"{len(managed)} interrupt(s) are kernel-managed (EIO on write): left where the "
+            "kernel put them, recorded in the journal"
+        )
+    booted = [i for i in current.items if i.key.startswith("bootloader:")]
+    if any(o.key.startswith("bootloader:") for o in done):
+        notes.append("reboot required: the kernel command line changes at the next boot")
+    elif any("reboot required" in i.reason for i in booted):
+        notes.append(next(i.reason for i in booted if "reboot required" in i.reason))
+    if any(o.key in paths.IRQBALANCE_FILES and not o.failed for o in done):
+        from mcpnode.tuning.irq import running_irqbalance
+
+        pids = running_irqbalance(host)
+        if pids:
+            notes.append(
+                f"irqbalance is running (pid {', '.join(map(str, pids))}) with its old banned "
+                "CPUs and will move interrupts back onto the GPU slices: `systemctl restart "
+                "irqbalance` makes it read the new ones"
+            )
+        else:
+            notes.append(
+                "irqbalance reads its banned CPUs at start: `systemctl restart irqbalance`"
+            )
     return ApplyResult(
         profile=profile.name,
         dry_run=False,
@@ -404,7 +536,23 @@ def _apply(
         persist=persist_result,
         journal=store.shown,
         notes=tuple(notes),
+        managed=tuple(managed),
     )
+
+
+def _original(item: PlanItem, reading: Reading | None) -> str:
+    """What the journal keeps to restore `item`: the value as read, or for an irqbalance key
+    the whole environment file."""
+    if item.key in paths.RAW_KEYS:
+        return reading if isinstance(reading, str) else ""
+    assert item.current is not None
+    return restorable(item.current)
+
+
+def _is_managed(key: str, outcome: Outcome) -> bool:
+    """A write the kernel refused because the interrupt's affinity is not the user's to set
+    (kernel/irq/proc.c write_irq_affinity returns -EIO: tuning/irq.py)."""
+    return paths.irq_number(key) is not None and outcome.errno == errno_mod.EIO
 
 
 def _applied_record(profile: Profile, by: AppliedBy, before: Journal | None) -> AppliedProfile:
@@ -430,6 +578,9 @@ def _fail(
     """Undo `done` in reverse, put the journal back as it was before this run, raise."""
     undone = []
     for o in reversed(done):
+        if o.key in paths.RAW_KEYS:  # the whole file (or grubby's args) as it was
+            undone.append(_write(host, o.key, o.path, o.new, o.old or "", "undo", log, True))
+            continue
         assert o.old is not None
         undone.append(_write(host, o.key, o.path, o.new, restorable(o.old), "undo", log))
     complete = not any(u.failed for u in undone)

@@ -12,12 +12,17 @@ replaced atomically (temp + fsync + rename + directory fsync) at every change.
      "persist": {"path": "/etc/sysctl.d/90-mcpnode.conf", "original": null,
                  "mode": 420, "uid": 0, "gid": 0} | null,  # the file before mcpnode wrote it
      "modules": ["tcp_bbr"],                               # loaded by mcpnode (never unloaded)
+     "managed_irqs": [45, 46],                             # the kernel refused to move them
      "applied": {"profile": "inference-latency", "hash": "sha256:...",
                  "at": "2026-12-01T19:50:02+00:00", "by": "cli" | "agent"}}
 
 `applied` answers "which profile is this host tuned with" (tuning/active.py): it is kept while
 the profile stays applied, even when no key needed writing (a journal with no entries), and goes
 with the journal at rollback. Older journals without it are read as applied by "cli".
+
+`managed_irqs` lists the interrupts whose `smp_affinity_list` write the kernel refused with EIO
+(tuning/irq.py): later plans leave them alone instead of retrying. An `irqbalance:*` entry's
+original is the whole environment file, restored byte for byte.
 
 `state` other than "applied" means a run stopped half-way (crash, SIGKILL, power loss): the
 next apply, rollback or agent start restores every original before doing anything else.
@@ -98,6 +103,7 @@ class Journal:
     persist: PersistRecord | None = None
     modules: tuple[str, ...] = ()
     applied: AppliedProfile | None = None
+    managed_irqs: tuple[int, ...] = ()
 
     def with_state(self, state: JournalState) -> Journal:
         return replace(self, state=state)
@@ -134,6 +140,8 @@ def to_json(journal: Journal) -> str:
             }
         ),
     }
+    if journal.managed_irqs:  # only when there are some: journals without [irq] stay as they were
+        doc["managed_irqs"] = list(journal.managed_irqs)
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -187,7 +195,8 @@ def from_json(text: str, where: str) -> Journal:
         key, path, original = raw["key"], raw["path"], raw["original"]
         if not isinstance(key, str) or not isinstance(path, str) or paths.path_of(key) != path:
             raise JournalError(where, f"entry {i}: {str(path)[:80]!r} is not the file of {key!r}")
-        problem = _original_problem(original, 4096)
+        limit = MAX_ORIGINAL_BYTES if key in paths.FILE_KEYS else 4096
+        problem = _original_problem(original, limit)
         if problem:
             raise JournalError(where, f"entry {i}: original {problem}")
         if path in seen:
@@ -220,8 +229,19 @@ def from_json(text: str, where: str) -> Journal:
         isinstance(m, str) and paths.MODULE_NAME.match(m) for m in modules
     ):
         raise JournalError(where, "modules is not a list of module names")
+    managed = doc.get("managed_irqs", [])
+    if not isinstance(managed, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 20 for n in managed
+    ):
+        raise JournalError(where, "managed_irqs is not a list of interrupt numbers")
     return Journal(
-        state, profile, tuple(entries), persist, tuple(modules), _applied(doc, profile, where)
+        state,
+        profile,
+        tuple(entries),
+        persist,
+        tuple(modules),
+        _applied(doc, profile, where),
+        tuple(sorted(set(managed))),
     )
 
 
@@ -284,6 +304,15 @@ class JournalStore:
         except UnicodeDecodeError as err:
             raise JournalError(self.shown, f"not UTF-8 (byte {err.start})") from err
         return from_json(text, self.shown)
+
+    def managed_irqs(self) -> frozenset[int]:
+        """The interrupts an earlier apply found kernel-managed (for verify, which does not
+        otherwise read the journal); empty when there is no usable journal."""
+        try:
+            journal = self.load()
+        except JournalError:
+            return frozenset()
+        return frozenset(journal.managed_irqs) if journal is not None else frozenset()
 
     def identity(self) -> FileStat | None:
         """The journal file's identity (inode, size, mtime), None when absent: cheap enough for

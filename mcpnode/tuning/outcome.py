@@ -8,9 +8,18 @@ from typing import Literal
 # ok: written; failed: the write raised; restored: an original written back;
 # restore-failed: writing an original back raised; unchanged: already the original (no write);
 # gone: the key vanished (module unloaded) so there is nothing to restore;
-# loaded / load-failed: a kernel module.
+# loaded / load-failed: a kernel module; managed: an interrupt whose affinity the kernel keeps
+# (EIO on write: tuning/irq.py), recorded, not a failure.
 Result = Literal[
-    "ok", "failed", "restored", "restore-failed", "unchanged", "gone", "loaded", "load-failed"
+    "ok",
+    "failed",
+    "restored",
+    "restore-failed",
+    "unchanged",
+    "gone",
+    "loaded",
+    "load-failed",
+    "managed",
 ]
 
 

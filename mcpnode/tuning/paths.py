@@ -3,7 +3,10 @@
 Keys are what profiles and plans name:
 - sysctls by their dotted name, `net.core.somaxconn` -> `/proc/sys/net/core/somaxconn`;
 - sysfs settings as `section:option[:instance]`: `vm:transparent_hugepage`,
-  `cpu:governor:policy0`; kernel modules as `module:NAME` (loaded, never written to a file).
+  `cpu:governor:policy0`; kernel modules as `module:NAME` (loaded, never written to a file);
+- interrupt affinity as `irq:N` -> `/proc/irq/N/smp_affinity_list`, and irqbalance's banned
+  CPUs as `irqbalance:debian` / `irqbalance:redhat` -> its environment file, one fixed file per
+  key, so a journal entry can name nothing else.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import re
 
 SYSCTL_ROOT = "/proc/sys"
+PROC_ROOT = "/proc"
 PROC_MODULES = "/proc/modules"
 PROC_STATUS = "/proc/self/status"
 PROC_CMDLINE = "/proc/cmdline"
@@ -20,6 +24,58 @@ THP_KEY = "vm:transparent_hugepage"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 CPUFREQ_DIR = "/sys/devices/system/cpu/cpufreq"
 GOVERNOR_KEY = "cpu:governor"
+# PM QoS: held by the agent (Host.hold_cpu_latency), never written to a file or journaled.
+FORCE_LATENCY_KEY = "cpu:force_latency"
+CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
+PM_QOS_NONE = 2000000000  # PM_QOS_CPU_LATENCY_DEFAULT_VALUE: no request
+
+# [irq] (tuning/irq.py). The profile's two settings; the plan expands IRQ_POLICY_KEY into one
+# `irq:N` item per interrupt.
+IRQ_POLICY_KEY = "irq:policy"
+IRQBALANCE_KEY = "irq:irqbalance"
+IRQ_RPS_KEY = "irq:rps"
+SYS_CLASS_NET = "/sys/class/net"
+PROC_INTERRUPTS = "/proc/interrupts"
+PROC_IRQ = "/proc/irq"
+# irqbalance's systemd unit reads one EnvironmentFile: Debian and Ubuntu ship
+# /etc/default/irqbalance, Fedora/RHEL/SUSE /etc/sysconfig/irqbalance (irqbalance's own
+# misc/irqbalance.service names both, each optional).
+IRQBALANCE_FILES = {
+    "irqbalance:debian": "/etc/default/irqbalance",
+    "irqbalance:redhat": "/etc/sysconfig/irqbalance",
+}
+_IRQ = re.compile(r"irq:([0-9]{1,6})\Z", re.ASCII)
+# `rps:DEV:N`: a network interface name (IFNAMSIZ 16: at most 15 bytes, no '/'), an rx queue.
+_RPS = re.compile(r"rps:([A-Za-z0-9_.:@-]{1,15}):([0-9]{1,5})\Z", re.ASCII)
+
+# [housekeeping] (tuning/housekeeping.py): the profile's setting, and one drop-in per confined
+# unit; only these three units, each with its one file.
+CONFINE_KEY = "housekeeping:confine"
+CONFINABLE = ("system.slice", "user.slice", "init.scope")
+HOUSEKEEPING_DROPIN = "50-mcpnode-housekeeping.conf"
+# What `systemctl set-property UNIT AllowedCPUs=...` writes; /etc/systemd/system.control wins
+# over /etc/systemd/system (systemd.unit(5), unit load path).
+SET_PROPERTY_DROPIN = "/etc/systemd/system.control/{unit}.d/50-AllowedCPUs.conf"
+SYSTEMD_DROPINS = {
+    f"systemd:{unit}": f"/etc/systemd/system/{unit}.d/{HOUSEKEEPING_DROPIN}" for unit in CONFINABLE
+}
+# [bootloader] (tuning/bootloader.py): the profile's setting, and one key per way of changing
+# the command line, each with the one path it changes (grubby edits the BLS entries itself;
+# mcpnode never writes under /boot).
+BOOTLOADER_KEY = "bootloader:cmdline"
+BOOT_PATHS = {
+    "bootloader:grub": "/etc/default/grub.d/90-mcpnode.cfg",
+    "bootloader:grubby": "/boot/loader/entries",
+    "bootloader:kernelstub": "/etc/kernelstub/configuration",
+}
+GRUBBY_KEY = "bootloader:grubby"
+
+# Keys whose journal original is a whole file (restored byte for byte; "" for a drop-in that
+# did not exist, which rollback removes).
+FILE_KEYS = frozenset({*IRQBALANCE_FILES, *SYSTEMD_DROPINS, "bootloader:grub"})
+# Keys whose journal original is kept exactly as read (no field normalisation): the files, and
+# grubby's argument string.
+RAW_KEYS = FILE_KEYS | {GRUBBY_KEY}
 
 TCP_CC = "net.ipv4.tcp_congestion_control"
 # Preference lists are resolved against what the kernel lists as available for that key.
@@ -78,6 +134,30 @@ def governors_available_path(policy: str) -> str:
     return f"{CPUFREQ_DIR}/{policy}/scaling_available_governors"
 
 
+def irq_affinity_path(irq: int) -> str:
+    return f"{PROC_IRQ}/{int(irq)}/smp_affinity_list"
+
+
+def irq_node_path(irq: int) -> str:
+    return f"{PROC_IRQ}/{int(irq)}/node"
+
+
+def rps_path(dev: str, queue: int) -> str:
+    return f"{SYS_CLASS_NET}/{dev}/queues/rx-{int(queue)}/rps_cpus"
+
+
+def rps_key(dev: str, queue: int) -> str | None:
+    """`rps:DEV:N` when `dev` is an acceptable interface name, else None."""
+    key = f"rps:{dev}:{int(queue)}"
+    return key if _RPS.match(key) and dev not in (".", "..") else None
+
+
+def irq_number(key: str) -> int | None:
+    """N of an `irq:N` key, None for any other key."""
+    m = _IRQ.match(key)
+    return int(m.group(1)) if m is not None else None
+
+
 _POLICY = re.compile(r"policy[0-9]{1,5}\Z", re.ASCII)
 
 
@@ -91,6 +171,18 @@ def path_of(key: str) -> str | None:
     a restore anywhere else."""
     if key == THP_KEY:
         return THP_ENABLED
+    m = _IRQ.match(key)
+    if m is not None:
+        return irq_affinity_path(int(m.group(1)))
+    m = _RPS.match(key)
+    if m is not None and m.group(1) not in (".", ".."):
+        return rps_path(m.group(1), int(m.group(2)))
+    if key in IRQBALANCE_FILES:
+        return IRQBALANCE_FILES[key]
+    if key in SYSTEMD_DROPINS:
+        return SYSTEMD_DROPINS[key]
+    if key in ("bootloader:grub", GRUBBY_KEY):
+        return BOOT_PATHS[key]
     if key.startswith(GOVERNOR_KEY + ":"):
         policy = key[len(GOVERNOR_KEY) + 1 :]
         return governor_path(policy) if is_policy(policy) else None

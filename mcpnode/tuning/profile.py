@@ -21,6 +21,15 @@
 
     [cpu]
     governor = ["performance", "schedutil"]   # first one each cpufreq policy offers
+    force_latency = 2                   # µs; PM QoS, held by the agent while it runs
+
+    [irq]                               # tuning/irq.py; needs the host's CPU partition
+    policy = "housekeeping"             # device interrupts onto their node's housekeeping CPUs
+    irqbalance = "ban-slices"           # IRQBALANCE_BANNED_CPULIST = the GPU slices
+    rps = "housekeeping"                # NIC rx queues' packet steering onto the same CPUs
+
+    [housekeeping]                      # tuning/housekeeping.py; needs the CPU partition too
+    confine = ["system.slice", "user.slice", "init.scope"]   # AllowedCPUs= drop-ins
 
 Locations: the system directory (the repository's top-level `profiles/` in a source checkout
 or editable install; `<prefix>/share/mcpnode/profiles` from a wheel, installed there by
@@ -55,7 +64,7 @@ from typing import Any, Literal
 
 from mcpnode.errors import HostError, RootError
 from mcpnode.host import Host
-from mcpnode.tuning import keytypes, paths, tomlsafe
+from mcpnode.tuning import bootloader, keytypes, paths, tomlsafe
 from mcpnode.tuning.errors import ProfileError, ProfileNotFound
 from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
@@ -67,7 +76,9 @@ MAX_VALUE_BYTES = 4096
 MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16
 THP_CHOICES = ("always", "madvise", "never")
-SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu")
+SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq", "housekeeping", "bootloader")
+IRQ_POLICIES = ("housekeeping", "off")
+IRQBALANCE_MODES = ("ban-slices", "leave")
 
 Origin = Literal["system", "local"]
 
@@ -334,9 +345,19 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
 
     raw_allowed = head.get("allow_sensitive", [])
     if not isinstance(raw_allowed, list) or not all(
-        isinstance(k, str) and paths.sysctl_key_problem(k) is None for k in raw_allowed
+        isinstance(k, str)
+        and (
+            paths.sysctl_key_problem(k) is None
+            or (k.startswith("cmdline:") and bootloader.ARG.match(k[len("cmdline:") :]))
+        )
+        for k in raw_allowed
     ):
-        raise _err(file, "allow_sensitive", "must be a list of sysctl names", "profile")
+        raise _err(
+            file,
+            "allow_sensitive",
+            "must be a list of sysctl names and cmdline:NAME kernel parameters",
+            "profile",
+        )
     allowed = frozenset(raw_allowed)
 
     settings: list[Setting] = []
@@ -355,7 +376,40 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
             )
         note = comments.get(("sysctl", key), "")
         settings.append(Setting(key, _sysctl_value(file, key, value), file, note))
-    unused = sorted(allowed - {s.key for s in settings})
+    boot = _section(file, doc, "bootloader")
+    _only(file, "bootloader", boot, ("cmdline", "isolate"))
+    used_sensitive: set[str] = set()
+    if boot:
+        cmdline = boot.get("cmdline", [])
+        isolate = boot.get("isolate", [])
+        if not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline):
+            raise _err(file, "cmdline", "must be a list of kernel parameters", "bootloader")
+        for arg in cmdline:
+            problem = bootloader.arg_problem(arg)
+            if problem:
+                raise _err(file, "cmdline", problem, "bootloader")
+            flag = "cmdline:" + arg.partition("=")[0]
+            why = bootloader.sensitive_arg(arg)
+            if why is not None and flag not in allowed:
+                raise _err(
+                    file,
+                    "cmdline",
+                    f"sensitive: {arg} {why}. It needs `allow_sensitive = [{flag!r}]` in this "
+                    "file's [profile] table",
+                    "bootloader",
+                )
+            if why is not None:
+                used_sensitive.add(flag)
+        if not isinstance(isolate, list) or not all(i in bootloader.ISOLATE for i in isolate):
+            raise _err(
+                file, "isolate", f"must be a list of {', '.join(bootloader.ISOLATE)}", "bootloader"
+            )
+        note = comments.get(("bootloader", "cmdline"), "") or comments.get(
+            ("bootloader", "isolate"), ""
+        )
+        value = Exact(bootloader.encode(cmdline, isolate))
+        settings.append(Setting(paths.BOOTLOADER_KEY, value, file, note))
+    unused = sorted(allowed - {s.key for s in settings} - used_sensitive)
     if unused:
         raise _err(
             file,
@@ -376,7 +430,13 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
         settings.append(Setting(paths.THP_KEY, Exact(thp), file, note))
 
     cpu = _section(file, doc, "cpu")
-    _only(file, "cpu", cpu, ("governor",))
+    _only(file, "cpu", cpu, ("governor", "force_latency"))
+    if "force_latency" in cpu:
+        us = cpu["force_latency"]
+        if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 1_000_000:
+            raise _err(file, "force_latency", "must be microseconds, 0 to 1000000", "cpu")
+        note = comments.get(("cpu", "force_latency"), "")
+        settings.append(Setting(paths.FORCE_LATENCY_KEY, Exact.of(us), file, note))
     if "governor" in cpu:
         gov = cpu["governor"]
         wanted = _token_list(
@@ -384,6 +444,35 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
         )
         note = comments.get(("cpu", "governor"), "")
         settings.append(Setting(paths.GOVERNOR_KEY, Prefer(wanted), file, note))
+
+    irq = _section(file, doc, "irq")
+    _only(file, "irq", irq, ("policy", "irqbalance", "rps"))
+    for option, key, choices in (
+        ("policy", paths.IRQ_POLICY_KEY, IRQ_POLICIES),
+        ("irqbalance", paths.IRQBALANCE_KEY, IRQBALANCE_MODES),
+        ("rps", paths.IRQ_RPS_KEY, IRQ_POLICIES),
+    ):
+        if option in irq:
+            value = irq[option]
+            if value not in choices:
+                raise _err(file, option, f"must be one of {', '.join(choices)}", "irq")
+            note = comments.get(("irq", option), "")
+            settings.append(Setting(key, Exact(value), file, note))
+
+    hk = _section(file, doc, "housekeeping")
+    _only(file, "housekeeping", hk, ("confine",))
+    if "confine" in hk:
+        units = hk["confine"]
+        if not isinstance(units, list) or not all(u in paths.CONFINABLE for u in units):
+            raise _err(
+                file,
+                "confine",
+                f"must be a list of {', '.join(paths.CONFINABLE)}",
+                "housekeeping",
+            )
+        note = comments.get(("housekeeping", "confine"), "")
+        text = " ".join(sorted(set(units), key=paths.CONFINABLE.index))
+        settings.append(Setting(paths.CONFINE_KEY, Exact(text or "none"), file, note))
 
     mods = _section(file, doc, "modules")
     _only(file, "modules", mods, ("load",))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import Host
@@ -17,6 +18,11 @@ from mcpnode.tuning import paths
 from mcpnode.tuning.privilege import Privileges
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.values import Prefer
+
+if TYPE_CHECKING:
+    from mcpnode.tuning.bootloader import Boot
+    from mcpnode.tuning.irq import IrqReading, RpsReading
+    from mcpnode.tuning.partition import CpuPartition
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,18 @@ class HostState:
                (built-in); None when /proc/modules is absent (no loadable module support)
     policies:  cpufreq policy directory names; None when there is no cpufreq at all (VMs)
     live:      the root is this machine, so modules can be loaded
+    irqs:      numbered interrupts with their affinity (`[irq]` only); None without
+               /proc/interrupts
+    irqbalance: (key, path, content) of irqbalance's environment file (`[irq]` only), None
+               when irqbalance is not installed
+    partition: the housekeeping CPUs and GPU slices `[irq]` places against; None when the
+               caller could not tell (no manifest and no discovery in this run)
+    managed:   interrupts the kernel refused to move (EIO) in an earlier apply (the journal)
+    boot:      how the kernel command line is configured (`[bootloader]` only)
+    rps:       NIC rx queues with their rps_cpus (`[irq] rps` only); None without
+               /sys/class/net
+    cpu_latency: the PM QoS CPU latency in force now, µs (`force_latency` only): an int, or why
+               it could not be read
     """
 
     readings: Mapping[str, Reading]
@@ -57,6 +75,13 @@ class HostState:
     cmdline: str | None
     policies: tuple[str, ...] | None
     live: bool
+    irqs: tuple[IrqReading, ...] | None = None
+    irqbalance: tuple[str, str, Reading] | None = None
+    partition: CpuPartition | None = None
+    managed: frozenset[int] = frozenset()
+    boot: Boot | None = None
+    cpu_latency: int | str | None = None
+    rps: tuple[RpsReading, ...] | None = None
 
 
 def parse_status(text: str | None) -> Privileges:
@@ -105,6 +130,18 @@ def read_value(host: Host, path: str) -> Reading:
     return text.rstrip("\n")
 
 
+def _file_reading(host: Host, path: str) -> Reading:
+    """A whole configuration file as a Reading: its text exactly (no newline stripped), "" when
+    it does not exist (the drop-in is not there yet), Unreadable when it cannot be read."""
+    try:
+        text = host.read_optional(path, limit=1 << 16)
+    except AccessDenied as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
+    except HostError as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
+    return "" if text is None else text
+
+
 def _optional(host: Host, path: str) -> str | None:
     value = read_value(host, path)
     return value if isinstance(value, str) else None
@@ -116,15 +153,70 @@ def _tokens(text: str | None) -> frozenset[str] | None:
     return frozenset(t.strip("[]") for t in text.split())
 
 
-def read_state(host: Host, profile: Profile, extra_paths: Iterable[str] = ()) -> HostState:
-    """Read what planning `profile` needs, plus `extra_paths` (journal entries to restore)."""
+def read_state(
+    host: Host,
+    profile: Profile,
+    extra_paths: Iterable[str] = (),
+    *,
+    partition: CpuPartition | None = None,
+    managed: frozenset[int] = frozenset(),
+) -> HostState:
+    """Read what planning `profile` needs, plus `extra_paths` (journal entries to restore).
+    `partition` and `managed` are passed through for `[irq]` (HostState)."""
     readings: dict[str, Reading] = {}
     available: dict[str, frozenset[str] | None] = {}
     wanted_modules = set(profile.modules)
     policies: tuple[str, ...] | None = None
     cmdline: str | None = None
 
+    irqs = None
+    irqbalance = None
+    boot = None
+    cpu_latency: int | str | None = None
+    rps = None
     for setting in profile.settings:
+        if setting.key == paths.IRQ_RPS_KEY:
+            from mcpnode.tuning.irq import read_rps
+
+            rps = read_rps(host)
+            for q in rps or ():
+                readings[paths.rps_path(q.dev, q.queue)] = q.mask
+            continue
+        if setting.key == paths.FORCE_LATENCY_KEY:
+            try:
+                cpu_latency = host.read_cpu_latency()
+            except HostError as err:
+                cpu_latency = f"cannot read {paths.CPU_DMA_LATENCY}: {err.detail}"
+            continue
+        if setting.key == paths.BOOTLOADER_KEY:
+            from mcpnode.tuning.bootloader import detect
+
+            boot = detect(host)
+            if boot.content is not None:
+                readings[boot.path] = boot.content
+            cmdline = _optional(host, paths.PROC_CMDLINE)
+            continue
+        if setting.key == paths.IRQ_POLICY_KEY:
+            from mcpnode.tuning.irq import read_irqs
+
+            irqs = read_irqs(host)
+            for reading in irqs or ():
+                readings[paths.irq_affinity_path(reading.irq)] = reading.affinity
+            continue
+        if setting.key == paths.IRQBALANCE_KEY:
+            from mcpnode.tuning.irq import irqbalance_file
+
+            irqbalance = irqbalance_file(host)
+            if irqbalance is not None:
+                readings[irqbalance[1]] = irqbalance[2]
+            continue
+        if setting.key == paths.CONFINE_KEY:
+            for dropin in paths.SYSTEMD_DROPINS.values():
+                readings[dropin] = _file_reading(host, dropin)
+            for unit in paths.CONFINABLE:
+                control = paths.SET_PROPERTY_DROPIN.format(unit=unit)
+                readings[control] = _file_reading(host, control)
+            continue
         if setting.key == paths.GOVERNOR_KEY:
             names = host.listdir_optional(paths.CPUFREQ_DIR)
             policies = tuple(n for n in names or () if paths.is_policy(n)) if names else None
@@ -146,7 +238,16 @@ def read_state(host: Host, profile: Profile, extra_paths: Iterable[str] = ()) ->
             wanted_modules.update(setting.desired.load)
 
     for path in extra_paths:
-        if path not in readings:
+        if path in readings:
+            continue
+        if path == paths.BOOT_PATHS[paths.GRUBBY_KEY]:
+            from mcpnode.tuning.bootloader import grubby_args
+
+            args = grubby_args(host)
+            readings[path] = args if args is not None else Absent("grubby does not answer")
+        elif path in paths.SYSTEMD_DROPINS.values() or path == paths.BOOT_PATHS["bootloader:grub"]:
+            readings[path] = _file_reading(host, path)
+        else:
             readings[path] = read_value(host, path)
 
     modules: frozenset[str] | None = None
@@ -163,4 +264,11 @@ def read_state(host: Host, profile: Profile, extra_paths: Iterable[str] = ()) ->
         cmdline=cmdline,
         policies=policies,
         live=host.is_live,
+        irqs=irqs,
+        irqbalance=irqbalance,
+        partition=partition,
+        managed=managed,
+        boot=boot,
+        cpu_latency=cpu_latency,
+        rps=rps,
     )

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcpnode.host import Host
+from mcpnode.tuning.partition import CpuPartition
+from mcpnode.tuning.paths import FORCE_LATENCY_KEY
 from mcpnode.tuning.plan import Plan, PlanItem, plan
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.state import read_state
@@ -79,13 +81,26 @@ def drift_of(p: Plan) -> VerifyReport:
             continue
         if item.action == "unsupported":
             unsupported.append(item)
-        elif item.action == "set" or (item.action == "needs-privilege" and item.current):
+        elif (
+            item.action == "set"
+            or (item.action == "needs-privilege" and item.current)
+            # A PM QoS request not held now is not in force: drift, though apply cannot write
+            # it (only a running agent holds it: tuning/plan.py _latency_item).
+            or (item.key == FORCE_LATENCY_KEY and item.action == "skipped" and item.current)
+        ):
             drift.append(Drift(item.key, item.rule, item.desired, item.current, item.reason))
         else:
             unverified.append(item)
     return VerifyReport(p.profile, p, tuple(drift), tuple(unsupported), tuple(unverified))
 
 
-def verify(host: Host, profile: Profile) -> VerifyReport:
-    """Read the host and report drift from `profile`. Only reads."""
-    return drift_of(plan(profile, read_state(host, profile)))
+def verify(
+    host: Host,
+    profile: Profile,
+    partition: CpuPartition | None = None,
+    managed: frozenset[int] = frozenset(),
+) -> VerifyReport:
+    """Read the host and report drift from `profile`. Only reads. `partition` and `managed`
+    (the journal's kernel-managed interrupts) are what `[irq]` is checked against."""
+    state = read_state(host, profile, partition=partition, managed=managed)
+    return drift_of(plan(profile, state))

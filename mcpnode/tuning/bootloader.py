@@ -1,0 +1,315 @@
+"""The kernel command line (`[bootloader]`): arguments the next boot should have, written the way
+the distribution expects, and compared with the running `/proc/cmdline`.
+
+    [bootloader]
+    cmdline = ["iommu=pt", "default_hugepagesz=1G", "hugepagesz=1G", "hugepages=64"]
+    isolate = ["nohz_full", "rcu_nocbs", "isolcpus"]     # each = the GPU slices
+
+How the boot configuration is changed is detected, never assumed (like tuned's bootloader
+plugin, which knows GRUB2 and BLS via grubby):
+
+* `grubby` on PATH (Fedora, RHEL, CentOS Stream, Amazon Linux: BLS entries): `grubby
+  --update-kernel=ALL --args="..."`; the default kernel's arguments (`grubby --info=DEFAULT`) are
+  journaled, and rollback removes what mcpnode added and puts back values it changed.
+* `/etc/default/grub` (Debian, Ubuntu, SUSE): a drop-in `/etc/default/grub.d/90-mcpnode.cfg`
+  appending to `GRUB_CMDLINE_LINUX` (grub-mkconfig sources grub.d/*.cfg after the main file; a
+  later value of a parameter wins when the kernel parses the line), then `update-grub`, else
+  `grub2-mkconfig -o /boot/grub2/grub.cfg`, else `grub-mkconfig -o /boot/grub/grub.cfg`. The
+  drop-in is journaled as a file; rollback removes it and regenerates again.
+* `/etc/kernelstub/configuration` (Pop!_OS, systemd-boot through kernelstub) and
+  `/etc/kernel/cmdline` (systemd-boot, unified kernel images, kernel-install) are detected and
+  reported `unsupported` with the command to run (`kernelstub -a ARG`, edit the file and run
+  `kernel-install`): mcpnode does not change them yet.
+
+Commands run through Host.run_change (no shell; live host only). The plan's item is `ok` once
+the configuration holds every wanted argument; whether the *running* kernel has them is said in
+its reason and in apply's notes ("reboot required: ... not in /proc/cmdline"), and the audit
+reports the arguments that are wanted but not active (`tuning.bootloader`).
+
+Arguments are validated strictly: `name` or `name=value` of [A-Za-z0-9_.,:/@+-], so nothing can
+reach the shell that sources /etc/default/grub. Arguments that switch off a security feature
+(`mitigations=off`, `nokaslr`, `selinux=0`, ...: SENSITIVE_ARGS) need
+`allow_sensitive = ["cmdline:NAME"]` in the profile, like sensitive sysctls.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from mcpnode.errors import CommandFailed, HostError
+from mcpnode.host import Host
+from mcpnode.tuning import paths
+
+ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/@+-]{1,256})?\Z", re.ASCII)
+ISOLATE = ("nohz_full", "rcu_nocbs", "isolcpus")
+GRUB_DROPIN_TEXT_HEAD = "# Written by mcpnode ([bootloader]); `mcpnode rollback` removes it.\n"
+
+# name -> (values that are sensitive; empty: any value or the bare flag), why.
+# Documentation/admin-guide/kernel-parameters.txt for each.
+SENSITIVE_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mitigations": (("off",), "turns off every CPU vulnerability mitigation"),
+    "nokaslr": ((), "disables kernel address space layout randomisation"),
+    "nopti": ((), "disables page table isolation (Meltdown)"),
+    "pti": (("off",), "disables page table isolation (Meltdown)"),
+    "spectre_v2": (("off",), "disables the Spectre v2 mitigations"),
+    "nospectre_v2": ((), "disables the Spectre v2 mitigations"),
+    "selinux": (("0",), "disables SELinux"),
+    "apparmor": (("0",), "disables AppArmor"),
+    "security": ((), "selects (or drops) the Linux security module"),
+    "lsm": ((), "selects the Linux security modules"),
+    "enforcing": (("0",), "boots SELinux permissive"),
+    "lockdown": ((), "changes kernel lockdown"),
+    "module.sig_enforce": (("0",), "allows unsigned kernel modules"),
+    "init": ((), "replaces the init program: code execution as PID 1"),
+    "rdinit": ((), "replaces the initramfs init program: code execution"),
+    "iommu": (("off",), "disables the IOMMU: devices may DMA anywhere in memory"),
+    "intel_iommu": (("off",), "disables the IOMMU: devices may DMA anywhere in memory"),
+    "amd_iommu": (("off",), "disables the IOMMU: devices may DMA anywhere in memory"),
+    "audit": (("0",), "disables the audit subsystem"),
+}
+
+Method = Literal["grubby", "grub", "kernelstub", "systemd-boot", "none"]
+
+
+def arg_problem(arg: str) -> str | None:
+    """Why `arg` cannot go on the command line, or None when it can (pure)."""
+    if not ARG.match(arg):
+        return (
+            f"{arg[:60]!r} is not NAME or NAME=VALUE of letters, digits and _ . , : / @ + - "
+            "(no spaces, quotes or shell characters)"
+        )
+    return None
+
+
+def sensitive_arg(arg: str) -> str | None:
+    """Why `arg` needs `allow_sensitive = ["cmdline:NAME"]`, or None (pure)."""
+    name, _, value = arg.partition("=")
+    entry = SENSITIVE_ARGS.get(name)
+    if entry is None:
+        return None
+    values, why = entry
+    if values and value not in values:
+        return None
+    return why
+
+
+def split_cmdline(text: str) -> list[str]:
+    """The arguments of a kernel command line (`/proc/cmdline`, grubby's args="..."). Double
+    quotes group a value with spaces, as the kernel's own parser (lib/cmdline.c next_arg)."""
+    try:
+        return shlex.split(text, posix=True)
+    except ValueError:
+        return text.split()
+
+
+def last_values(args: list[str]) -> dict[str, str | None]:
+    """name -> the value of its last occurrence (None for a bare flag): the kernel applies a
+    parameter given twice in order, so the later one is what holds."""
+    out: dict[str, str | None] = {}
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        out[name] = value if eq else None
+    return out
+
+
+def missing(wanted: list[str], have: list[str]) -> list[str]:
+    """The wanted arguments `have` does not satisfy, in order (pure)."""
+    values = last_values(have)
+    out = []
+    for arg in wanted:
+        name, eq, value = arg.partition("=")
+        if name not in values or (values[name] != (value if eq else None)):
+            out.append(arg)
+    return out
+
+
+def wanted_args(cmdline: list[str], isolate: list[str], slices: str | None) -> list[str] | None:
+    """The profile's arguments plus the isolation ones of the GPU slices; None when isolation
+    is asked for but the slices are not known."""
+    out = list(cmdline)
+    if isolate:
+        if not slices:
+            return None
+        for name in isolate:
+            # isolcpus' managed_irq flag alone keeps kernel-managed interrupts off the slices
+            # (where a housekeeping CPU can serve them) without taking the slices out of the
+            # scheduler's load balancing, which multi-threaded Python servers need
+            # (kernel-parameters.txt, isolcpus: flags).
+            out.append(
+                f"isolcpus=managed_irq,{slices}" if name == "isolcpus" else f"{name}={slices}"
+            )
+    return out
+
+
+def encode(cmdline: list[str], isolate: list[str]) -> str:
+    """The setting's value as the profile's Exact text: `iommu=pt hugepages=64;nohz_full`."""
+    return " ".join(cmdline) + ";" + " ".join(isolate)
+
+
+def decode(text: str) -> tuple[list[str], list[str]]:
+    args, _, isolate = text.partition(";")
+    return args.split(), isolate.split()
+
+
+# -- detection --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Boot:
+    """How this host's boot command line is configured, and what is configured now.
+
+    method: detected way (module docstring); key/path: the journal key and its path;
+    configured: the arguments the next boot gets as far as mcpnode can tell (grubby: the
+    default kernel's; grub: mcpnode's drop-in's; None when it cannot be told);
+    content: the journaled original (the drop-in's text, grubby's args); regen: the command
+    that regenerates GRUB's configuration; why: for unsupported or unknown methods."""
+
+    method: Method
+    key: str
+    path: str
+    configured: list[str] | None
+    content: str | None
+    regen: tuple[str, ...] | None
+    why: str
+
+
+def _found(host: Host, *argv: str) -> bool:
+    return host.command(tuple(argv)).found
+
+
+def grubby_args(host: Host) -> str | None:
+    """`args="..."` of `grubby --info=DEFAULT`, None when it does not answer."""
+    res = host.command(("grubby", "--info=DEFAULT"))
+    if not res.found or res.returncode != 0:
+        return None
+    for line in res.stdout.splitlines():
+        if line.startswith("args="):
+            return line[len("args=") :].strip().strip('"')
+    return None
+
+
+def grub_dropin_text(args: list[str]) -> str:
+    return GRUB_DROPIN_TEXT_HEAD + f'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX {" ".join(args)}"\n'
+
+
+def dropin_args(text: str) -> list[str]:
+    """The arguments mcpnode's GRUB drop-in appends (pure; its own format only)."""
+    m = re.search(r'GRUB_CMDLINE_LINUX="\$GRUB_CMDLINE_LINUX ([^"$`\\]*)"', text)
+    return m.group(1).split() if m else []
+
+
+def grub_regen(host: Host) -> tuple[str, ...] | None:
+    if _found(host, "update-grub", "--version"):
+        return ("update-grub",)
+    if _found(host, "grub2-mkconfig", "--version"):
+        return ("grub2-mkconfig", "-o", "/boot/grub2/grub.cfg")
+    if _found(host, "grub-mkconfig", "--version"):
+        return ("grub-mkconfig", "-o", "/boot/grub/grub.cfg")
+    return None
+
+
+def detect(host: Host) -> Boot:
+    """How the machine behind `host` configures its kernel command line (module docstring)."""
+    stub = paths.BOOT_PATHS["bootloader:kernelstub"]
+    if host.exists(stub):
+        return Boot(
+            "kernelstub",
+            "bootloader:kernelstub",
+            stub,
+            None,
+            None,
+            None,
+            f"kernelstub manages the command line ({stub}): run `kernelstub -a ARG` for each "
+            "argument (mcpnode does not change kernelstub's configuration)",
+        )
+    if _found(host, "grubby", "--version"):
+        args = grubby_args(host)
+        return Boot(
+            "grubby",
+            "bootloader:grubby",
+            paths.BOOT_PATHS["bootloader:grubby"],
+            split_cmdline(args) if args is not None else None,
+            args,
+            None,
+            "" if args is not None else "`grubby --info=DEFAULT` did not answer",
+        )
+    dropin = paths.BOOT_PATHS["bootloader:grub"]
+    if host.exists("/etc/default/grub"):
+        try:
+            text = host.read_optional(dropin, limit=1 << 16)
+        except HostError as err:
+            return Boot("grub", "bootloader:grub", dropin, None, None, None, str(err))
+        regen = grub_regen(host)
+        why = "" if regen is not None else "no update-grub, grub2-mkconfig or grub-mkconfig"
+        return Boot(
+            "grub",
+            "bootloader:grub",
+            dropin,
+            dropin_args(text or ""),
+            text or "",
+            regen,
+            why,
+        )
+    if host.exists("/etc/kernel/cmdline"):
+        return Boot(
+            "systemd-boot",
+            "bootloader:kernel-cmdline",
+            "/etc/kernel/cmdline",
+            None,
+            None,
+            None,
+            "the command line is /etc/kernel/cmdline (systemd-boot / kernel-install): add the "
+            "arguments there and run `kernel-install add` (mcpnode does not change it yet)",
+        )
+    return Boot(
+        "none",
+        "bootloader:none",
+        "",
+        None,
+        None,
+        None,
+        "no boot loader configuration found (grubby, /etc/default/grub, kernelstub, "
+        "/etc/kernel/cmdline)",
+    )
+
+
+# -- effects ---------------------------------------------------------------------------------
+
+
+def grubby_update(host: Host, wanted: list[str]) -> None:
+    """Add `wanted` to every kernel's arguments. Raises CommandFailed, NotSupported."""
+    host.run_change(("grubby", "--update-kernel=ALL", f"--args={' '.join(wanted)}"))
+
+
+def grubby_restore(host: Host, original: str) -> None:
+    """Back to the default kernel's `original` arguments: remove the ones added since, put back
+    the original value of each one changed. Raises CommandFailed, NotSupported."""
+    now = grubby_args(host)
+    if now is None:
+        raise CommandFailed("grubby", None, "`grubby --info=DEFAULT` did not answer")
+    before, after = last_values(split_cmdline(original)), last_values(split_cmdline(now))
+    added = [n for n in after if n not in before]
+    changed = [
+        n if before[n] is None else f"{n}={before[n]}"
+        for n in before
+        if n in after and after[n] != before[n]
+    ]
+    argv = ["grubby", "--update-kernel=ALL"]
+    if added:
+        argv.append(f"--remove-args={' '.join(added)}")
+    if changed:
+        argv.append(f"--args={' '.join(changed)}")
+    if len(argv) > 2:
+        host.run_change(tuple(argv))
+
+
+def regenerate_grub(host: Host) -> None:
+    """Regenerate GRUB's configuration after the drop-in changed. Raises CommandFailed when
+    no generator is installed or it fails, NotSupported on a recorded root."""
+    regen = grub_regen(host)
+    if regen is None:
+        raise CommandFailed("grub", None, "no update-grub, grub2-mkconfig or grub-mkconfig")
+    host.run_change(regen)
