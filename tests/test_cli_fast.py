@@ -117,3 +117,139 @@ def test_a_reader_that_leaves_early_is_no_error() -> None:
     proc.stdout.close()  # like `| head -c 10`
     err = proc.stderr.read()
     assert proc.wait(timeout=30) == 0 and err == b""
+
+
+# -- exec and manifest show --published ---------------------------------------------------------
+
+
+def click_path(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from mcpnode.cli.main import main; main()", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KEEP_ME": "1"},
+        check=False,
+    )
+
+
+def fast_path(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m mcpnode`, with the interpreter's import log on stderr (`-X importtime`): the
+    proof that click was never imported, which a matching output alone would not be."""
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mcpnode", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KEEP_ME": "1"},
+        check=False,
+    )
+
+
+def imported(proc: subprocess.CompletedProcess[str]) -> set[str]:
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def said(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+
+
+@pytest.fixture(scope="module")
+def published_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests import placeroot
+    from tests.test_exec_manifest import BOOT, stamp
+
+    why = placeroot.skip_reason()
+    if why is not None:
+        pytest.skip(why)
+    root = placeroot.build(tmp_path_factory.mktemp("fast-exec"))
+    stamp(root, BOOT, 4711)
+    assert click_path("manifest", "publish", "--root", str(root)).returncode == 0
+    return root
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ["--gpu", "0"],
+        ["--gpu=0", "--scope", "node", "--membind"],
+        ["--scope=slice", "--preferred", "--gpu", "0", "--"],
+        ["--gpu", "0", "--fresh"],  # discovery, with its notice line
+        ["--gpu", "0", "--housekeeping", "none"],  # another policy: discovery too
+    ],
+)
+def test_exec_is_clicks_without_click(published_root: Path, opts: list[str]) -> None:
+    from tests.test_exec import CHILD
+
+    argv = ["exec", "--root", str(published_root), *opts, sys.executable, "-c", CHILD, "--", "x"]
+    fast, slow = fast_path(*argv), click_path(*argv)
+    assert slow.returncode == 0, slow.stderr
+    assert (fast.returncode, fast.stdout, said(fast)) == (0, slow.stdout, said(slow))
+    assert "click" not in imported(fast)
+    # the child really was placed (not only the same bytes): its affinity is a slice or node
+    assert json.loads(fast.stdout)["env"]["KEEP_ME"] == "1"
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ["--gpu", "7"],  # no such GPU: a usage error
+        ["--gpu", "0", "--housekeeping", "bogus"],  # a bad policy
+        ["--gpu", "0", "--fresh", "--root", "/nonexistent/root"],  # repeated --root: click's
+    ],
+)
+def test_exec_errors_read_as_clicks(published_root: Path, opts: list[str]) -> None:
+    argv = ["exec", "--root", str(published_root), *opts, "true"]
+    fast, slow = fast_path(*argv), click_path(*argv)
+    assert slow.returncode != 0
+    assert (fast.returncode, fast.stdout, said(fast)) == (slow.returncode, slow.stdout, said(slow))
+
+
+def test_exec_command_not_found_reads_as_clicks(published_root: Path) -> None:
+    argv = ["exec", "--root", str(published_root), "--gpu", "0", "--", "/nonexistent/serve"]
+    fast, slow = fast_path(*argv), click_path(*argv)
+    assert slow.returncode == 127, slow.stderr
+    assert (fast.returncode, said(fast)) == (slow.returncode, said(slow))
+    assert "click" not in imported(fast)
+
+
+R = "{root}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "--root", R, "--gpu", "0", "--dry-run", "true"],  # --dry-run, --format: click
+        ["exec", "--help"],
+        ["exec", "--root", R, "--gpu", "0"],  # no COMMAND
+        ["exec", "--root", R, "true"],  # no --gpu
+        ["exec", "--root", R, "--scope", "socket", "--gpu", "0", "true"],
+        ["exec", "--root", R, "--membind", "--preferred", "--gpu", "0", "true"],
+        ["manifest", "show", "--root", R],  # a new manifest: discovery, audit, profile
+        ["manifest", "show", "--root", R, "--published", "--housekeeping", "none"],
+    ],
+)
+def test_exec_and_manifest_forms_not_served_go_to_click(
+    published_root: Path, argv: list[str]
+) -> None:
+    argv = [str(published_root) if a == R else a for a in argv]
+    fast, slow = fast_path(*argv), click_path(*argv)
+    assert (fast.returncode, fast.stdout, said(fast)) == (slow.returncode, slow.stdout, said(slow))
+    assert "click" in imported(fast)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--format", "json"], ["--format=text"]])
+def test_manifest_show_published(published_root: Path, fmt: list[str]) -> None:
+    argv = ["manifest", "show", "--published", "--root", str(published_root), *fmt]
+    fast, slow = fast_path(*argv), click_path(*argv)
+    assert slow.returncode == 0, slow.stderr
+    assert (fast.returncode, fast.stdout, said(fast)) == (0, slow.stdout, said(slow))
+    assert "click" not in imported(fast)
+    missing = ["manifest", "show", "--published", "--root", str(HOSTS / "no-gpu-host")]
+    fast, slow = fast_path(*missing), click_path(*missing)
+    assert slow.returncode != 0
+    assert (fast.returncode, said(fast)) == (slow.returncode, said(slow))

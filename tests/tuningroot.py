@@ -152,11 +152,18 @@ def tree(root: Path) -> dict[str, tuple[int, bytes | str]]:
 def kernel_view(root: Path) -> dict[str, object]:
     """What a kernel would report for the tree: proc/sys and sys values by their fields (a
     restored `4096 131072 6291456` equals the kernel's tab-separated print; an enum file by its
-    selected token), every other file byte for byte, and no stray temporary files."""
+    selected token), every other file (binary attributes too) byte for byte, and no stray
+    temporary files."""
     out: dict[str, object] = {}
     for rel, (mode, content) in tree(root).items():
+        text = None
         if rel.startswith(("proc/sys/", "sys/")) and isinstance(content, bytes) and content:
-            out[rel] = fields(content.decode())
+            try:
+                text = content.decode()
+            except UnicodeDecodeError:
+                pass  # binary attributes (a PCI device's `config` space): byte for byte
+        if text is not None:
+            out[rel] = fields(text)
         else:
             out[rel] = (mode, content)
     return out

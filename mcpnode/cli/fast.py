@@ -1,12 +1,14 @@
 """The `mcpnode` entry point: a small dispatcher in front of click for the commands that run
 hot, everything else handed to click (cli/main.py).
 
-`topo`, `gpus` and `mcpnode --help` / `--version` are what scripts, launchers and people run
+`topo`, `gpus`, `exec` (the launcher in front of every inference server), `manifest show
+--published` and `mcpnode --help` / `--version` are what scripts, launchers and people run
 most, and click alone costs more to import (16 ms on a quiet 2-core VM) than hwloc's whole
 `lstopo` run on a sysfs dump. Here their few options are parsed by hand — exactly the options
 click declares for them, in the forms click accepts (`--root X`, `--root=X`); anything else
 (`--help` of a command, a typo, an option this parser does not know) goes to click, which then
-answers as it always did. After the output is flushed the process ends with os._exit: no
+answers as it always did. Errors read as click's path says them
+(cli/errors.py, shared). After the output is flushed the process ends with os._exit: no
 module teardown (several ms for what discovery and NVML allocated), and every file was
 already closed (`with Host(...)`).
 
@@ -21,13 +23,25 @@ from __future__ import annotations
 import os
 import sys
 
-# Exit codes and error lines as cli/main.py's main() gives them (cli/exitcodes.py).
-_EXIT_ERROR = 2
-
 # command -> {option: takes a value, or the choices it takes}; flags are False.
 _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
     "topo": {"--root": True, "--tree": False, "--format": ("text", "json")},
     "gpus": {"--root": True, "--format": ("text", "json")},
+    # `manifest show`, served only with --published (reading the file is the cheap part; a
+    # manifest built anew needs discovery, the audit and the profile: click's path)
+    "manifest": {"--root": True, "--published": False, "--format": ("text", "json")},
+}
+
+# `exec`'s options before COMMAND (cli/main.py placement_options); --dry-run, --format and
+# anything else go to click. True: takes a value, a tuple: the values it takes.
+_EXEC_OPTIONS: dict[str, bool | tuple[str, ...]] = {
+    "--root": True,
+    "--gpu": True,
+    "--scope": ("slice", "node"),
+    "--housekeeping": True,
+    "--membind": False,
+    "--preferred": False,
+    "--fresh": False,
 }
 
 
@@ -62,15 +76,99 @@ def _parse(command: str, args: list[str]) -> dict[str, str | bool] | None:
     return out
 
 
+_SERVED = ("topo", "gpus", "manifest", "exec")
+
+
+def _parse_exec(args: list[str]) -> tuple[dict[str, str | bool], list[str]] | None:
+    """exec's options and COMMAND, as click reads them (options until `--` or the first word
+    that is not one, the rest untouched), or None when click must see them."""
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-"):
+            break
+        name, eq, inline = arg.partition("=")
+        kind = _EXEC_OPTIONS.get(name)
+        # --membind and --preferred are one flag: either given twice is click's to judge
+        key = "--membind" if name == "--preferred" else name
+        if kind is None or key in out:
+            return None
+        if kind is False:
+            if eq:
+                return None
+            out[key] = name == "--membind" if key == "--membind" else True
+            i += 1
+            continue
+        if eq:
+            value = inline
+        elif i + 1 < len(args):
+            value = args[i + 1]
+            i += 1
+        else:
+            return None
+        if isinstance(kind, tuple) and value not in kind:
+            return None
+        out[name] = value
+        i += 1
+    command = args[i:]
+    if not command or "--gpu" not in out:
+        return None  # click's "Missing argument" / "Missing option" says it
+    return out, command
+
+
+def _exec(opts: dict[str, str | bool], command: list[str]) -> None:
+    """`mcpnode exec` without --dry-run: the same calls as cli/main.py's exec_command and
+    _target, in the same order; returns only by raising."""
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import caller_cpus, choose_target, plan_exec, run_exec
+    from mcpnode.placement.source import resolve
+
+    caller = caller_cpus(Host("/"))
+    housekeeping = opts.get("--housekeeping")
+    with Host(str(opts.get("--root", "/"))) as host:
+        resolved = resolve(
+            host,
+            housekeeping=None if housekeeping is None else str(housekeeping),
+            fresh=bool(opts.get("--fresh", False)),
+        )
+    if resolved.notice is not None:
+        sys.stderr.write(f"mcpnode: {resolved.notice}\n")
+        sys.stderr.flush()
+    target = choose_target(
+        resolved.placement,
+        str(opts["--gpu"]),
+        scope="node" if opts.get("--scope") == "node" else "slice",
+        policy="bind" if opts.get("--membind") else "preferred",
+        online=resolved.online,
+        process_cpus=caller,
+    )
+    live = Host("/")
+    allowed = caller_cpus(live)
+    plan = plan_exec(live, target, command, os.environ, dry_run=False, allowed=allowed)
+    run_exec(live, plan, os.environ)
+
+
 def _run(command: str, opts: dict[str, str | bool]) -> str:
     """Render `command` (the same calls as its click command in cli/main.py)."""
     from mcpnode.host import Host
-    from mcpnode.topology.discover import discover_host
 
     root = str(opts.get("--root", "/"))
+    fmt = opts.get("--format", "text")
+    if command == "manifest":
+        from mcpnode.cli import render_placement
+        from mcpnode.placement.manifest import load_manifest
+
+        with Host(root) as host:
+            doc = load_manifest(host)
+        return render_placement.as_json(doc) if fmt == "json" else render_placement.as_text(doc)
+    from mcpnode.topology.discover import discover_host
+
     with Host(root) as host:
         topology = discover_host(host)
-    fmt = opts.get("--format", "text")
     if command == "topo":
         from mcpnode.cli import render_topo
 
@@ -109,10 +207,19 @@ def _fast(argv: list[str]) -> str | None:
         from mcpnode import __version__
 
         return f"mcpnode, version {__version__}\n"
-    if argv and argv[0] in _OPTIONS:
+    if argv[:2] == ["manifest", "show"]:
+        opts = _parse("manifest", argv[2:])
+        if opts is not None and opts.get("--published"):
+            return _run("manifest", opts)
+        return None
+    if argv and argv[0] in ("topo", "gpus"):
         opts = _parse(argv[0], argv[1:])
         if opts is not None:
             return _run(argv[0], opts)
+    if argv and argv[0] == "exec":
+        parsed = _parse_exec(argv[1:])
+        if parsed is not None:
+            _exec(*parsed)  # execve, or raises
     return None
 
 
@@ -127,26 +234,26 @@ def _finish(text: str) -> None:
     os._exit(0)
 
 
-def _fail(line: str) -> None:
+def _fail(line: str, code: int) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    os._exit(_EXIT_ERROR)
+    os._exit(code)
 
 
 def main() -> None:
     """`mcpnode`: the fast path when it serves the command, else click (cli/main.py main)."""
     argv = sys.argv[1:]
-    if (argv and argv[0] in _OPTIONS) or argv in (["--help"], ["-h"], [], ["--version"]):
-        from mcpnode.errors import HostError, McpnodeError, RootError
+    if (argv and argv[0] in _SERVED) or argv in (["--help"], ["-h"], [], ["--version"]):
+        from mcpnode.cli.errors import error_line
+        from mcpnode.errors import McpnodeError
 
         try:
             text = _fast(argv)
-        except RootError as err:  # as cli/main.py's main() says them: the option, one line
-            _fail(f"mcpnode: --root {' '.join(str(err).split())}")
-        except (HostError, OSError) as err:
-            _fail(f"mcpnode: {err}")
-        except McpnodeError as err:
-            _fail(f"mcpnode: {type(err).__name__}: {err}")
+        except (McpnodeError, OSError) as err:
+            said = error_line(err)
+            if said is None:
+                raise
+            _fail(*said)
         if text is not None:
             _finish(text)
     from mcpnode.cli.main import main as click_main

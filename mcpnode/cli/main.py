@@ -15,26 +15,16 @@ import click
 
 from mcpnode import __version__
 from mcpnode.cli.color import color_option, stdout_color
+from mcpnode.cli.errors import error_line
 from mcpnode.cli.options import (
     F,
-    OutputDirMissing,
     check_output_dir,
     profiles_dir_option,
     root_option,
     state_dir_option,
 )
 from mcpnode.errors import (
-    CommandNotFound,
-    HostError,
-    LockBusy,
-    ManifestError,
     McpnodeError,
-    PinRefused,
-    PlacementUnavailable,
-    ProbeDataError,
-    ProbeUnavailable,
-    ProcessGone,
-    RootError,
     UsageError,
 )
 
@@ -46,15 +36,9 @@ if TYPE_CHECKING:
     from mcpnode.tuning.profile import Profile
 
 from mcpnode.cli.exitcodes import (
-    EXIT_DATAERR,
     EXIT_ERROR,
     EXIT_FINDINGS,
-    EXIT_LOCKED,
-    EXIT_NO_PROCESS,
-    EXIT_NOT_FOUND,
     EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_UNAVAILABLE,
     EXIT_UNKNOWN,
     EXIT_USAGE,
 )
@@ -942,49 +926,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as err:
         err.show()
         sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else EXIT_ERROR)
-    except UsageError as err:
-        click.echo(f"mcpnode: {err}", err=True)
-        sys.exit(EXIT_USAGE)
-    except ProcessGone as err:
-        click.echo(f"mcpnode: {err}", err=True)
-        sys.exit(EXIT_NO_PROCESS)
-    except PlacementUnavailable as err:
-        click.echo(f"mcpnode: placement unavailable here: {err}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except PinRefused as err:
-        click.echo(f"mcpnode: refused: {err}", err=True)
-        sys.exit(EXIT_REFUSED)
-    except CommandNotFound as err:
-        click.echo(f"mcpnode: {err}", err=True)
-        sys.exit(EXIT_NOT_FOUND)
-    except LockBusy as err:
-        click.echo(f"mcpnode: state lock busy: {err}", err=True)
-        sys.exit(EXIT_LOCKED)
-    except RootError as err:
-        # Only the machine root raises it (a directory, a snapshot tarball): name the option,
-        # and keep it one line (tarfile's error lists every compression it tried, a line each).
-        click.echo(f"mcpnode: --root {' '.join(str(err).split())}", err=True)
-        sys.exit(EXIT_ERROR)
-    except (HostError, OutputDirMissing) as err:
-        click.echo(f"mcpnode: {err}", err=True)
-        sys.exit(EXIT_ERROR)
-    except (ManifestError, ProbeDataError) as err:
-        click.echo(f"mcpnode: {err}", err=True)
-        sys.exit(EXIT_DATAERR)
-    except ProbeUnavailable as err:
-        click.echo(f"mcpnode: probe: {err}", err=True)
-        sys.exit(EXIT_ERROR)
-    except McpnodeError as err:
-        from mcpnode.tuning.errors import ProfileNotFound  # not at import: --help stays fast
-
-        if isinstance(err, ProfileNotFound):
-            # A name the user typed (--profile, profiles show): a usage error, in one line.
-            click.echo(f"mcpnode: unknown profile {err.name!r} ({err.where})", err=True)
-            sys.exit(EXIT_USAGE)
-        click.echo(f"mcpnode: {type(err).__name__}: {err}", err=True)
-        sys.exit(EXIT_ERROR)
-    except OSError as err:
-        # Output files (snapshot -o) are the only I/O outside Host; report them plainly.
-        click.echo(f"mcpnode: {err}", err=True)
-        sys.exit(EXIT_ERROR)
+    except (McpnodeError, OSError) as err:
+        # One line and the documented status for each (cli/errors.py, shared with cli/fast.py).
+        said = error_line(err)
+        if said is None:
+            raise
+        click.echo(said[0], err=True)
+        sys.exit(said[1])
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)

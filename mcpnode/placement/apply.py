@@ -18,7 +18,6 @@ the machine lacks is PlacementUnavailable, never the silent narrowing sched_seta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Literal
 
 from mcpnode.errors import (
@@ -32,7 +31,7 @@ from mcpnode.errors import (
 from mcpnode.host import Host
 from mcpnode.placement.plan import GpuPlacement, Placement, select_gpus
 from mcpnode.topology import sysfs
-from mcpnode.topology.model import CpuSet
+from mcpnode.topology.model import CpuSet, record, replace
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
 Scope = Literal["slice", "node"]
@@ -45,7 +44,7 @@ PF_KTHREAD = 0x00200000
 _PIN_ROUNDS = 5
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """What to apply: the CPUs and memory nodes of the selected GPU(s), and their environment."""
 
@@ -57,7 +56,7 @@ class Target:
     env: tuple[tuple[str, str], ...]  # set on top of the inherited environment
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExecPlan:
     target: Target
     argv: tuple[str, ...]
@@ -65,14 +64,14 @@ class ExecPlan:
     problems: tuple[str, ...]  # what would stop the exec on this machine (dry-run shows them)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ThreadPin:
     tid: int
     before: CpuSet
     after: CpuSet
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PinResult:
     pid: int
     target: Target

@@ -39,11 +39,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 
 from mcpnode.errors import UsageError
-from mcpnode.topology.distance import RANK, classify
-from mcpnode.topology.matrix import nvlink_counts
 from mcpnode.topology.model import (
     CpuSet,
     Gpu,
@@ -53,6 +50,8 @@ from mcpnode.topology.model import (
     PciDevice,
     Topology,
     natural_key,
+    record,
+    replace,
 )
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
@@ -61,7 +60,7 @@ NIC_BUCKETS = ("PIX", "PXB", "PHB", "NODE")  # offered, closest first; SYS never
 RDMA_PORT = 1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NicChoice:
     address: PciAddress
     rdma: str | None  # first RDMA device of the function (mlx5_0); None for plain Ethernet
@@ -71,7 +70,7 @@ class NicChoice:
     link_width: int | None  # current PCIe link width, lanes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MigPlacement:
     """One MIG device of a GPU: its identity and the environment that selects it."""
 
@@ -83,7 +82,7 @@ class MigPlacement:
     env: tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuPlacement:
     index: int
     uuid: str | None
@@ -99,7 +98,7 @@ class GpuPlacement:
     mig: tuple[MigPlacement, ...] = ()  # MIG devices, by slot (MIG mode only)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Placement:
     gpus: tuple[GpuPlacement, ...]
     housekeeping: CpuSet  # CPUs reserved, widened to whole cores
@@ -135,6 +134,10 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
             )
         for gpu, share in zip(gpus, _split(cores, len(gpus)), strict=True):
             slices[gpu.address] = CpuSet(cpu for core in share for cpu in core)
+
+    # Imported here, not with the module: launches from a published manifest (placement/
+    # source.py) use this module's types and never plan, and matrix brings discovery with it.
+    from mcpnode.topology.matrix import nvlink_counts
 
     nv = nvlink_counts(topo)
     pci = {d.address: d for d in topo.pci_devices}
@@ -246,6 +249,8 @@ def nearest_nics(
 ) -> tuple[NicChoice, ...]:
     """The NICs closest to `gpu` (see the module docstring for the rule). `pci`: the topology's
     devices by address, when the caller already has them."""
+    from mcpnode.topology.distance import RANK, classify  # planning only (see plan_placement)
+
     if pci is None:
         pci = {d.address: d for d in topo.pci_devices}
     gdev = pci.get(gpu.address)

@@ -27,8 +27,7 @@ NVML or walks sysfs, and nothing here imports discovery unless it falls back to 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import Host
@@ -40,10 +39,12 @@ from mcpnode.placement.plan import (
     plan_placement,
 )
 from mcpnode.topology import sysfs
-from mcpnode.topology.model import CpuSet
+from mcpnode.topology.model import CpuSet, record
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_pci_address
-from mcpnode.tuning.agentstate import read_agent_state
-from mcpnode.tuning.partition import CpuPartition
+
+if TYPE_CHECKING:
+    # tuning's partition is a dataclass module; launches never build one (only [irq] does)
+    from mcpnode.tuning.partition import CpuPartition
 
 BOOT_ID = sysfs.PROC_BOOT_ID
 UEVENT_SEQNUM = sysfs.SYS_UEVENT_SEQNUM
@@ -51,7 +52,7 @@ CPU_ONLINE = f"{sysfs.SYS_CPU}/online"
 _SMALL = 256  # a boot id is 37 bytes, a seqnum at most 21, an online list a few hundred
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Stamp:
     """What a manifest's freshness is checked against, as read from one root."""
 
@@ -109,6 +110,9 @@ def staleness(doc: Mapping[str, Any], host: Host, now: Stamp | None = None) -> s
     seq = pub.get("uevent_seqnum")
     if now.uevent_seqnum is not None and seq == now.uevent_seqnum:
         return None
+    # Only when the seqnum moved: the common launch never reads (or imports) the agent state.
+    from mcpnode.tuning.agentstate import read_agent_state
+
     agent = read_agent_state(host)
     if agent is not None and agent.pid == pub.get("publisher_pid"):
         return None
@@ -275,7 +279,7 @@ def _nic(raw: object, where: str) -> NicChoice:
 # -- the choice ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Resolved:
     """A placement and where it came from. `online`: the online CPUs it was computed for;
     `node_cpus`: every NUMA node's CPUs; `notice`: the one line to print when the published
@@ -355,6 +359,8 @@ def partition_of(resolved: Resolved) -> CpuPartition:
 def cpu_partition(
     placement: Placement, node_cpus: Mapping[int, CpuSet], source: str
 ) -> CpuPartition:
+    from mcpnode.tuning.partition import CpuPartition
+
     slices: set[int] = set()
     for gpu in placement.gpus:
         slices |= gpu.slice_cpus

@@ -1,0 +1,78 @@
+"""mcpnode's errors as the one line and the exit status a command ends with: shared by click's
+entry point (cli/main.py `main`) and the fast path in front of it (cli/fast.py), so the same
+failure reads the same whichever of the two ran the command. Imports nothing heavy: the fast
+path calls it."""
+
+from __future__ import annotations
+
+import sys
+
+from mcpnode.cli.exitcodes import (
+    EXIT_DATAERR,
+    EXIT_ERROR,
+    EXIT_LOCKED,
+    EXIT_NO_PROCESS,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+)
+from mcpnode.errors import (
+    CommandNotFound,
+    HostError,
+    LockBusy,
+    ManifestError,
+    McpnodeError,
+    PinRefused,
+    PlacementUnavailable,
+    ProbeDataError,
+    ProbeUnavailable,
+    ProcessGone,
+    RootError,
+    UsageError,
+)
+
+
+def error_line(err: BaseException) -> tuple[str, int] | None:
+    """(the line for stderr, the exit status) for one of mcpnode's errors or an OSError; None
+    for anything else (a bug: let its traceback show). Checked in this order, the first that
+    matches wins, as the `except` clauses of cli/main.py's main() did."""
+    if isinstance(err, UsageError):
+        return f"mcpnode: {err}", EXIT_USAGE
+    if isinstance(err, ProcessGone):
+        return f"mcpnode: {err}", EXIT_NO_PROCESS
+    if isinstance(err, PlacementUnavailable):
+        return f"mcpnode: placement unavailable here: {err}", EXIT_UNAVAILABLE
+    if isinstance(err, PinRefused):
+        return f"mcpnode: refused: {err}", EXIT_REFUSED
+    if isinstance(err, CommandNotFound):
+        return f"mcpnode: {err}", EXIT_NOT_FOUND
+    if isinstance(err, LockBusy):
+        return f"mcpnode: state lock busy: {err}", EXIT_LOCKED
+    if isinstance(err, RootError):
+        # Only the machine root raises it (a directory, a snapshot tarball): name the option,
+        # and keep it one line (tarfile's error lists every compression it tried, a line each).
+        return f"mcpnode: --root {' '.join(str(err).split())}", EXIT_ERROR
+    if isinstance(err, HostError) or _is_output_dir_missing(err):
+        return f"mcpnode: {err}", EXIT_ERROR
+    if isinstance(err, (ManifestError, ProbeDataError)):
+        return f"mcpnode: {err}", EXIT_DATAERR
+    if isinstance(err, ProbeUnavailable):
+        return f"mcpnode: probe: {err}", EXIT_ERROR
+    if isinstance(err, McpnodeError):
+        from mcpnode.tuning.errors import ProfileNotFound  # not at import: --help stays fast
+
+        if isinstance(err, ProfileNotFound):
+            # A name the user typed (--profile, profiles show): a usage error, in one line.
+            return f"mcpnode: unknown profile {err.name!r} ({err.where})", EXIT_USAGE
+        return f"mcpnode: {type(err).__name__}: {err}", EXIT_ERROR
+    if isinstance(err, OSError):
+        # Output files (snapshot -o) are the only I/O outside Host; report them plainly.
+        return f"mcpnode: {err}", EXIT_ERROR
+    return None
+
+
+def _is_output_dir_missing(err: BaseException) -> bool:
+    # cli/options.py imports click; if it was never imported, nothing raised its error.
+    options = sys.modules.get("mcpnode.cli.options")
+    return options is not None and isinstance(err, options.OutputDirMissing)
