@@ -253,3 +253,12 @@ def test_manifest_show_published(published_root: Path, fmt: list[str]) -> None:
     fast, slow = fast_path(*missing), click_path(*missing)
     assert slow.returncode != 0
     assert (fast.returncode, said(fast)) == (slow.returncode, said(slow))
+
+
+def test_shell_completion_is_clicks() -> None:
+    """Completion runs the program with no arguments and the words in the environment: the
+    fast path must not answer that with --help."""
+    env = {"_MCPNODE_COMPLETE": "bash_complete", "COMP_WORDS": "mcpnode pro", "COMP_CWORD": "1"}
+    res = mcpnode(env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["plain,probe", "plain,profiles"]

@@ -273,6 +273,7 @@ def as_dict(cfg: AgentConfig) -> dict[str, dict[str, Any]]:
             **({"exe": r.exe} if r.exe is not None else {}),
             **({"cmdline": r.cmdline.pattern} if r.cmdline is not None else {}),
             **({"unit": r.unit} if r.unit is not None else {}),
+            **({"migrate": r.migrate} if r.migrate is not None else {}),
         }
         for r in cfg.pin_rules
     ]
@@ -290,6 +291,7 @@ def as_dict(cfg: AgentConfig) -> dict[str, dict[str, Any]]:
             "enabled": cfg.autopin,
             "interval": cfg.pin_interval,
             "scope": cfg.pin_scope,
+            "migrate": cfg.pin_migrate,
             "rule": rules,
         },
         "metrics": {"listen": cfg.metrics_listen or "", "allow_remote": cfg.metrics_allow_remote},

@@ -243,7 +243,10 @@ def _fail(line: str, code: int) -> None:
 def main() -> None:
     """`mcpnode`: the fast path when it serves the command, else click (cli/main.py main)."""
     argv = sys.argv[1:]
-    if (argv and argv[0] in _SERVED) or argv in (["--help"], ["-h"], [], ["--version"]):
+    # Shell completion calls the program with no arguments and the words in the environment
+    # (click's `_MCPNODE_COMPLETE=bash_complete`): that is click's to answer, not --help's.
+    served = (argv and argv[0] in _SERVED) or argv in (["--help"], ["-h"], [], ["--version"])
+    if served and "_MCPNODE_COMPLETE" not in os.environ:
         from mcpnode.cli.errors import error_line
         from mcpnode.errors import McpnodeError
 
