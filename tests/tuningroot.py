@@ -7,6 +7,7 @@ is what tests of the engine need; `net.*` against a real kernel lives in test_tu
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -158,10 +159,9 @@ def kernel_view(root: Path) -> dict[str, object]:
     for rel, (mode, content) in tree(root).items():
         text = None
         if rel.startswith(("proc/sys/", "sys/")) and isinstance(content, bytes) and content:
-            try:
+            # binary attributes (a PCI device's `config` space) stay bytes: byte for byte
+            with contextlib.suppress(UnicodeDecodeError):
                 text = content.decode()
-            except UnicodeDecodeError:
-                pass  # binary attributes (a PCI device's `config` space): byte for byte
         if text is not None:
             out[rel] = fields(text)
         else:
