@@ -7,9 +7,7 @@ config check` of the shipped example config, `topo` on the same root without the
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,9 +19,7 @@ sys.path.insert(0, str(ROOT))
 from mcpnode.tuning.errors import ProfileError  # noqa: E402
 from mcpnode.tuning.profile import parse_profile  # noqa: E402
 from tests.minihost import GPU_DIR, build  # noqa: E402
-from tests.test_bounds import BOMBS, fan_out  # noqa: E402
-
-MCPNODE = [sys.executable, "-m", "mcpnode"]
+from tests.test_bounds import BOMBS, child_peak_rss_mib, fan_out  # noqa: E402
 
 
 def _median_s(fn: object, rounds: int = 5) -> float:
@@ -45,13 +41,12 @@ def _refuse(text: str) -> None:
 
 
 def _child(argv: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS MiB) of `mcpnode ARGV` as a child process."""
+    """(seconds, peak RSS MiB) of `mcpnode ARGV`, through the tests' small launcher so that the
+    figure is the command's own and not this process's (see `child_peak_rss_mib`); the
+    launcher's start is in every figure alike, the peers' included."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [*MCPNODE, *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    _pid, _status, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024
+    _code, rss, _err = child_peak_rss_mib(argv)
+    return time.perf_counter() - t0, rss
 
 
 def bench_bounds() -> dict[str, object]:

@@ -31,20 +31,32 @@ from tests.tuningroot import tree, write_profiles
 REPO = Path(__file__).resolve().parent.parent
 
 
+# Linux charges a child's ru_maxrss with the high-water mark of the address space it replaced at
+# execve(2) (exec_mmap() -> setmax_mm_hiwater_rss(), since 2.6.32): a child forked or vforked
+# from this pytest process starts out "peaking" at pytest's own RSS, hundreds of MiB late in a
+# full run. So a small launcher spawns the command and reports its child's figure; the
+# launcher's own ~10 MiB is the floor the figure inherits.
+_LAUNCHER = """
+import os, sys
+fa = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)]
+pid = os.posix_spawn(sys.executable, [sys.executable, *sys.argv[1:]], os.environ, file_actions=fa)
+_pid, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, flush=True)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def child_peak_rss_mib(argv: list[str]) -> tuple[int, float, str]:
-    """Run `mcpnode ARGV` as a child; (exit code, its peak RSS in MiB, stderr)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mcpnode", *argv],
+    """Run `mcpnode ARGV` as a grandchild through `_LAUNCHER`; (exit code, its peak RSS in
+    MiB, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, "-m", "mcpnode", *argv],
         cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
+        check=False,
     )
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, err
+    return proc.returncode, int(proc.stdout.strip().splitlines()[-1]) / 1024, proc.stderr
 
 
 # -- reads --------------------------------------------------------------------------------------
@@ -270,3 +282,15 @@ def test_resource_module_reports_children_in_kib() -> None:
     """The peak-RSS figure above reads ru_maxrss as KiB (Linux getrusage(2))."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     assert usage.ru_maxrss > 1000  # this Python uses more than 1 MiB
+
+
+def test_the_peak_rss_figure_is_the_childs_not_the_test_runners() -> None:
+    """Ballast in this process must not show up in the child's figure (it did: a full run's
+    pytest at 287 MiB made `topo` "peak" at 287 MiB)."""
+    ballast = bytearray(256 << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    code, rss, err = child_peak_rss_mib(["--version"])
+    assert code == 0, err
+    assert rss < 128, f"peak RSS {rss:.0f} MiB"
+    del ballast
