@@ -69,7 +69,7 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
             raw.vendor_id = NVIDIA_VENDOR_ID  # the driver's claim stands in for a trimmed file
     devices = build_pci(raw_pci, nodes, cpus.present, problems)
     by_addr = {d.address: d for d in raw_pci}
-    _attach_class_rdma(by_addr, rdma_class)
+    _attach_class_rdma(by_addr, rdma_class, problems)
     gpus = _gpus(devices)
     nvml: NvmlState | None = None
     if backend is not None:
@@ -469,13 +469,25 @@ def _gpus(devices: tuple[PciDevice, ...]) -> tuple[Gpu, ...]:
 
 
 def _attach_class_rdma(
-    by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress]]
+    by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress, str]], problems: Problems
 ) -> None:
-    for name, addr in pairs:
+    """RDMA devices known only from /sys/class/infiniband join the function their `device`
+    link leads to, when it leads to the directory that function was read from: a link into
+    a copy that was not kept (sysfs.walk_pci, duplicate addresses) names no device here."""
+    for name, addr, real in pairs:
         dev = by_addr.get(addr)
-        if dev is not None and name not in dev.rdma:
-            dev.rdma.append(name)
-            dev.rdma.sort()
+        if dev is None or name in dev.rdma:
+            continue
+        if real != dev.path:
+            problems.add(
+                "rdma.device-elsewhere",
+                f"{sysfs.SYS_CLASS_IB}/{name}",
+                f"its device link leads to {real}, not to {dev.path} where {addr} was read: "
+                "not attached to it",
+            )
+            continue
+        dev.rdma.append(name)
+        dev.rdma.sort()
 
 
 def _nics(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nic, ...]:

@@ -256,10 +256,35 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
 
 # -- PCI ---------------------------------------------------------------------------------------
 
+# What discovery reads of each PCI function (drivers/pci/pci-sysfs.c) and of each netdev below
+# one (Documentation/ABI/testing/sysfs-class-net). One read_directory() per directory lists it
+# and reads these at once: the walk costs one listing and one open per attribute, and an SR-IOV
+# host's thousands of virtual functions are read at a pace comparable to hwloc's.
+_PCI_ATTRS = frozenset(
+    {
+        "class",
+        "vendor",
+        "device",
+        "subsystem_vendor",
+        "subsystem_device",
+        "numa_node",
+        "local_cpulist",
+        "local_cpus",
+        "current_link_speed",
+        "current_link_width",
+        "max_link_speed",
+        "max_link_width",
+        "sriov_numvfs",
+    }
+)
+_NETDEV_ATTRS = frozenset({"operstate", "mtu", "speed", "address"})
+_PCI_LINKS = frozenset({"driver", "physfn"})
+_NOTHING: frozenset[str] = frozenset()
+
 
 class RawPci:
-    """One PCI function as read, filled in attribute by attribute by _read_pci_function. A
-    plain slotted class: thousands of these exist on an SR-IOV host, for one discovery."""
+    """One PCI function as read. A plain slotted class: thousands of these exist on an SR-IOV
+    host, for one discovery."""
 
     __slots__ = (
         "address",
@@ -317,21 +342,115 @@ def _parse_numa_raw(text: str) -> int:
     return value
 
 
+class _Garbage:
+    """A text its parser refused, remembered with the parser's message."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class _Values:
+    """Attribute texts parsed once per distinct text, and the Problems of the files they came
+    from.
+
+    The functions of one SR-IOV host repeat a few texts thousands of times (every VF of a PF has
+    its class, vendor, NUMA node, CPU list and link), so each parser sees each distinct text
+    once and every function with that text shares the parsed value: one CpuSet for all the VFs
+    of a PF, not one each. A refused text is remembered too, and still recorded as a Problem for
+    every file that held it. Values are immutable, so sharing them is safe.
+    """
+
+    def __init__(self, problems: Problems) -> None:
+        self.problems = problems
+        self._memo: dict[Callable[[str], object], dict[str, object]] = {}
+        self._links: dict[tuple[object, ...], PciLink] = {}
+        self._agree: dict[tuple[str, str], bool] = {}
+        self._addresses: dict[str, PciAddress | None] = {}
+
+    def get(
+        self,
+        directory: str,
+        name: str,
+        attrs: dict[str, str | HostError],
+        parser: Callable[[str], T],
+    ) -> T | None:
+        """`directory/name` as `parser` reads it: None when absent, unreadable (a read.error
+        Problem) or garbage (a read.garbage Problem), as read_value."""
+        text = attrs.get(name)
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            self.problems.add("read.error", f"{directory}/{name}", _why(text))
+            return None
+        memo = self._memo.get(parser)
+        if memo is None:
+            memo = self._memo[parser] = {}
+        value = memo.get(text, _Garbage)
+        if value is _Garbage:
+            # hwloc-gather-topology dumps end some values with a NUL: see read_value.
+            try:
+                value = parser(text.split("\x00", 1)[0])
+            except parse.ParseError as err:
+                value = _Garbage(str(err))
+            memo[text] = value
+        if type(value) is _Garbage:
+            self.problems.add("read.garbage", f"{directory}/{name}", value.message)
+            return None
+        return value  # type: ignore[return-value]  # what `parser` returned for this text
+
+    def link(self, values: tuple[float | None, int | None, float | None, int | None]) -> PciLink:
+        """One PciLink per distinct set of link values (every VF's is all None)."""
+        link = self._links.get(values)
+        if link is None:
+            link = self._links[values] = PciLink(*values)
+        return link
+
+    def address(self, name: str) -> PciAddress | None:
+        """A `physfn` target's PCI address (None when it is not one), parsed once per PF."""
+        addr = self._addresses.get(name, _Garbage)
+        if addr is _Garbage:
+            addr = self._addresses[name] = (
+                parse.parse_pci_address(name) if parse.is_pci_address(name) else None
+            )
+        return addr  # type: ignore[return-value]
+
+    def cpus_agree(self, listed: CpuSet, masked: CpuSet, list_text: str, mask_text: str) -> bool:
+        key = (list_text, mask_text)
+        agree = self._agree.get(key)
+        if agree is None:
+            agree = self._agree[key] = listed == masked
+        return agree
+
+
+def _why(err: HostError) -> str:
+    return f"{type(err).__name__}: {err.detail}"
+
+
 def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
     """Every PCI function under /sys/devices/pci*, found by walking real directories only.
 
     The walk descends into `DDDD:BB:DD.F` subdirectories (bridges hold their children) and into
     nested `pciDDDD:BB` host bridges (Intel VMD). It never follows symlinks, so the cycles through
     `subsystem`/`driver`/`device` links cannot trap it, and it also finds bridges that a dump
-    left out of /sys/bus/pci/devices.
+    left out of /sys/bus/pci/devices. An address found in several places (a hand-edited dump) is
+    settled by /sys/bus/pci/devices (_settle_duplicates).
     """
     out: list[RawPci] = []
     try:
         top = host.scandir(SYS_DEVICES)
     except HostError as err:
-        problems.add("pci.unreadable", SYS_DEVICES, f"{type(err).__name__}: {err.detail}")
+        problems.add("pci.unreadable", SYS_DEVICES, _why(err))
         return out
-    # (directory, host bridge name, ancestors, its child directories when already known)
+    values = _Values(problems)
+    # Below a real /sys/devices every directory the walk enters was listed as a directory by
+    # its parent: read_directory() need not resolve it again (real=True).
+    try:
+        real = host.realpath(SYS_DEVICES) == SYS_DEVICES
+    except HostError:
+        real = False
+    # (directory, host bridge name, ancestors, its subdirectories when already listed)
     Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None"]
     stack: list[Item] = [
         (f"{SYS_DEVICES}/{e.name}", e.name, (), None)
@@ -342,15 +461,19 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
         dir_path, bridge, ancestors, kids = stack.pop()
         if kids is None:
             try:
-                kids = _child_dirs(host, dir_path, host.listdir(dir_path))
+                kids = host.read_directory(dir_path, _NOTHING, real=real)[1]
             except HostError as err:
-                problems.add("pci.vanished", dir_path, f"{type(err).__name__}: {err.detail}")
+                problems.add("pci.vanished", dir_path, _why(err))
                 continue
         children: list[Item] = []
         for name in kids:
+            # Function directories (`0000:01:00.0`) and nested host bridges (`pci10000:00`) both
+            # hold a ':', which no sysfs attribute or class directory name does.
+            if ":" not in name:
+                continue
             child = f"{dir_path}/{name}"
             if parse.is_pci_address(name):
-                read = _read_pci_function(host, child, name, bridge, ancestors, problems)
+                read = _read_pci_function(host, child, name, bridge, ancestors, values, real)
                 if read is None:
                     continue
                 dev, dev_kids = read
@@ -359,38 +482,99 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
             elif parse.is_host_bridge_name(name):
                 children.append((child, name, (), None))
         stack.extend(reversed(children))
-    _add_unwalked(host, out, problems)
+    out = _settle_duplicates(host, out, problems)
+    _add_unwalked(host, out, values)
     out.sort(key=lambda d: d.address)
     return out
 
 
-def _add_unwalked(host: Host, found: list[RawPci], problems: Problems) -> None:
+def _settle_duplicates(host: Host, found: list[RawPci], problems: Problems) -> list[RawPci]:
+    """One directory per PCI address: the one /sys/bus/pci/devices/ADDR links to.
+
+    A live kernel has one directory per function (its `struct device`), but hand-edited dumps
+    graft a device's directory under a second parent (hwloc's developers pruned and edited some
+    of theirs). Every copy would otherwise become a device of its own, and the copy read last
+    lends its netdevs and RDMA devices to all of them: three NICs each named `qib0`, or a SAS
+    controller reported with a ConnectX's `ib0`. The copy the bus link names is kept (the
+    kernel makes that link to the device's one directory, drivers/pci/bus.c pci_bus_add_device
+    -> device_add -> bus_add_device); when the link is absent or names none of them, the first
+    in walk order is. Every other copy is a Problem, and it is dropped with everything below it:
+    a grafted subtree holds no device of this machine.
+    """
+    first: dict[PciAddress, RawPci] = {}
+    copies: dict[PciAddress, list[RawPci]] = {}
+    for dev in found:
+        seen = first.setdefault(dev.address, dev)
+        if seen is not dev:
+            copies.setdefault(dev.address, [seen]).append(dev)
+    if not copies:
+        return found
+    dropped: list[str] = []  # directories ignored, with their subtrees
+
+    def under_dropped(path: str) -> bool:
+        return any(path == d or path.startswith(d + "/") for d in dropped)
+
+    # Shallowest first, so that a grafted bridge is settled before the copies below it.
+    for addr, devs in sorted(copies.items(), key=lambda kv: min(d.path.count("/") for d in kv[1])):
+        alive = [d for d in devs if not under_dropped(d.path)]
+        if len(alive) < 2:
+            continue
+        link = f"{SYS_BUS_PCI}/{addr}"
+        try:
+            target: str | None = host.realpath(link)
+        except HostError:
+            target = None
+        keep = next((d for d in alive if d.path == target), None)
+        if keep is not None:
+            why = f"the directory {link} links to"
+        else:
+            keep = alive[0]
+            why = (
+                f"first found; {link} is absent"
+                if target is None
+                else f"first found; {link} links to {target}, none of them"
+            )
+        for d in alive:
+            if d is keep:
+                continue
+            dropped.append(d.path)
+            problems.add(
+                "pci.duplicate-address",
+                str(addr),
+                f"also a directory at {d.path}: ignored with everything below it; using "
+                f"{keep.path} ({why})",
+            )
+    return [d for d in found if not under_dropped(d.path)]
+
+
+def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
     """Functions listed in /sys/bus/pci/devices that the walk did not reach.
 
     Trimmed dumps (hwloc's `nvidiagpunumanodes`) keep devices as plain directories there with no
     /sys/devices/pci* tree; their root complex is then unknown, named after domain:bus the way
     hwloc does (`pci0004:05`), and each is recorded.
     """
-    seen = {d.address for d in found}
+    problems = values.problems
+    seen = {str(d.address) for d in found}
     names = host.listdir_optional(SYS_BUS_PCI)
     for name in names or ():
-        if not parse.is_pci_address(name):
+        # Compared as names first: parsing the thousands already walked would cost more than
+        # the listing. The kernel names these entries exactly as str(PciAddress) prints.
+        if name in seen or not parse.is_pci_address(name):
             continue
         addr = parse.parse_pci_address(name)
-        if addr in seen:
+        if str(addr) in seen:
             continue
         try:
             real = host.realpath(f"{SYS_BUS_PCI}/{name}")
         except HostError as err:
-            problems.add(
-                "pci.vanished", f"{SYS_BUS_PCI}/{name}", f"{type(err).__name__}: {err.detail}"
-            )
+            problems.add("pci.vanished", f"{SYS_BUS_PCI}/{name}", _why(err))
             continue
         parent = real.rsplit("/", 2)[-2] if real.count("/") >= 2 else ""
         bridge = (
             parent if parse.is_host_bridge_name(parent) else f"pci{addr.domain:04x}:{addr.bus:02x}"
         )
-        read = _read_pci_function(host, real, name, bridge, (), problems)
+        read = _read_pci_function(host, real, name, bridge, (), values, True)
         if read is None:
             continue
         dev = read[0]
@@ -401,7 +585,7 @@ def _add_unwalked(host: Host, found: list[RawPci], problems: Problems) -> None:
             f"{bridge}",
         )
         found.append(dev)
-        seen.add(addr)
+        seen.add(str(addr))
 
 
 def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
@@ -413,99 +597,130 @@ def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
     return {parse.parse_pci_address(n) for n in names if parse.is_pci_address(n)}
 
 
-def _child_dirs(host: Host, path: str, names: list[str]) -> list[str]:
-    """Names under `path` that are real directories of PCI functions (`0000:01:00.0`) or nested
-    host bridges (`pci10000:00`). Both contain a ':', which no sysfs attribute name does, so
-    only those few entries cost an lstat."""
-    return [
-        n
-        for n in names
-        if ":" in n
-        and (parse.is_pci_address(n) or parse.is_host_bridge_name(n))
-        and host.is_real_dir(f"{path}/{n}")
-    ]
-
-
 def _read_pci_function(
     host: Host,
     path: str,
     name: str,
     bridge: str,
     ancestors: tuple[PciAddress, ...],
-    problems: Problems,
+    values: _Values,
+    real: bool,
 ) -> tuple[RawPci, list[str]] | None:
-    """One PCI function's attributes, and its child directories (for the walk to reuse)."""
+    """One PCI function's attributes, and its subdirectories holding functions or host bridges
+    (for the walk to descend into without listing them again).
+
+    Problems are recorded in the order the attributes are taken below, which is the order of
+    the Problems in every output: keep it."""
+    problems = values.problems
     try:
-        listing = host.listdir(path)
+        attrs, subdirs, links = host.read_directory(path, _PCI_ATTRS, _PCI_LINKS, real=real)
     except HostError as err:
-        problems.add("pci.vanished", path, f"{type(err).__name__}: {err.detail}")
+        problems.add("pci.vanished", path, _why(err))
         return None
-    names = set(listing)
     dev = RawPci(
         address=parse.parse_pci_address(name),
         path=path,
         host_bridge=bridge,
         ancestors=ancestors,
     )
-
-    def val(attr: str, parser: Callable[[str], T]) -> T | None:
-        if attr not in names:
-            return None
-        return read_value(host, f"{path}/{attr}", parser, problems)
-
-    cls = val("class", parse.parse_pci_class)
+    get = values.get
+    cls = get(path, "class", attrs, parse.parse_pci_class)
     if cls is not None:
         dev.class_code, dev.prog_if = cls
-    dev.vendor_id = val("vendor", parse.parse_hex)
-    dev.device_id = val("device", parse.parse_hex)
-    dev.subsystem_vendor_id = val("subsystem_vendor", parse.parse_hex)
-    dev.subsystem_device_id = val("subsystem_device", parse.parse_hex)
-    dev.numa_raw = val("numa_node", _parse_numa_raw)
-    dev.local_cpus = val("local_cpulist", parse.parse_cpulist)
-    if dev.local_cpus is None:
-        dev.local_cpus = val("local_cpus", parse.parse_cpumask)
-    dev.link = PciLink(
-        current_speed_gts=val("current_link_speed", parse.parse_link_speed),
-        current_width=val("current_link_width", parse.parse_link_width),
-        max_speed_gts=val("max_link_speed", parse.parse_link_speed),
-        max_width=val("max_link_width", parse.parse_link_width),
+    dev.vendor_id = get(path, "vendor", attrs, parse.parse_hex)
+    dev.device_id = get(path, "device", attrs, parse.parse_hex)
+    dev.subsystem_vendor_id = get(path, "subsystem_vendor", attrs, parse.parse_hex)
+    dev.subsystem_device_id = get(path, "subsystem_device", attrs, parse.parse_hex)
+    dev.numa_raw = get(path, "numa_node", attrs, _parse_numa_raw)
+    dev.local_cpus = _local_cpus(path, dev.address, attrs, values)
+    dev.link = values.link(
+        (
+            get(path, "current_link_speed", attrs, parse.parse_link_speed),
+            get(path, "current_link_width", attrs, parse.parse_link_width),
+            get(path, "max_link_speed", attrs, parse.parse_link_speed),
+            get(path, "max_link_width", attrs, parse.parse_link_width),
+        )
     )
-    dev.sriov_numvfs = val("sriov_numvfs", parse.parse_int)
-    if "driver" in names:
-        dev.driver = _link_name(host, f"{path}/driver", problems)
-    if "physfn" in names:
-        pf = _link_name(host, f"{path}/physfn", problems)
-        if pf is not None and parse.is_pci_address(pf):
-            dev.physfn = parse.parse_pci_address(pf)
-    if "net" in names and host.is_real_dir(f"{path}/net"):
-        dev.netdevs = _read_netdevs(host, f"{path}/net", problems)
-    for sub in names:
+    dev.sriov_numvfs = get(path, "sriov_numvfs", attrs, parse.parse_int)
+    if links:
+        dev.driver = _target_name(path, "driver", links, problems)
+        pf = _target_name(path, "physfn", links, problems)
+        if pf is not None:
+            dev.physfn = values.address(pf)
+    kids: list[str] = []
+    virtio: list[str] = []
+    for sub in subdirs:
+        if ":" in sub:
+            kids.append(sub)
+        elif _VIRTIO_DIR.match(sub):
+            virtio.append(sub)
+    if "net" in subdirs:
+        dev.netdevs = _read_netdevs(host, f"{path}/net", values, real)
+    for sub in virtio:
         # virtio-net puts its netdev one level down: <pci fn>/virtio0/net/eth0 (the virtio bus
         # device sits between the PCI function and the netdev).
-        if _VIRTIO_DIR.match(sub) and host.is_real_dir(f"{path}/{sub}/net"):
-            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", problems))
-    if "infiniband" in names and host.is_real_dir(f"{path}/infiniband"):
+        if host.is_real_dir(f"{path}/{sub}/net"):
+            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", values, real))
+    if "infiniband" in subdirs:
         dev.rdma = _list(host, f"{path}/infiniband", problems)
-    if "nvme" in names and host.is_real_dir(f"{path}/nvme"):
+    if "nvme" in subdirs:
         for ctrl in _list(host, f"{path}/nvme", problems):
             model = read_value(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
             dev.nvme.append((ctrl, model or None))
-    return dev, _child_dirs(host, path, listing)
+    return dev, kids
 
 
-def _link_name(host: Host, path: str, problems: Problems) -> str | None:
-    try:
-        return host.link_name(path)
-    except HostError as err:
-        problems.add("read.error", path, f"{type(err).__name__}: {err.detail}")
+def _local_cpus(
+    path: str, addr: PciAddress, attrs: dict[str, str | HostError], values: _Values
+) -> CpuSet | None:
+    """The function's local CPUs: `local_cpulist`, else the `local_cpus` mask.
+
+    Both files print one cpumask (drivers/pci/pci-sysfs.c: local_cpus_show and
+    local_cpulist_show both call pci_dev_show_local_cpu(), cpumap_print_to_pagebuf() of
+    cpumask_of_pcibus()), so on a live kernel they cannot disagree; in an edited dump they can,
+    and that is recorded, naming both. The list is the one used: it is what discovery has always
+    reported (the mask only when the list is missing or unreadable), and its meaning does not
+    hang on the mask's width, which an edited dump gets wrong by a 32-bit group as easily as by
+    a digit.
+    """
+    listed = values.get(path, "local_cpulist", attrs, parse.parse_cpulist)
+    if "local_cpus" not in attrs:
+        return listed
+    masked = values.get(path, "local_cpus", attrs, parse.parse_cpumask)
+    if listed is None:
+        return masked
+    if masked is not None:
+        list_text, mask_text = attrs["local_cpulist"], attrs["local_cpus"]
+        assert isinstance(list_text, str) and isinstance(mask_text, str)
+        if not values.cpus_agree(listed, masked, list_text, mask_text):
+            values.problems.add(
+                "pci.local-cpus.disagree",
+                str(addr),
+                f"local_cpulist says {listed.cpulist() or '(none)'} but local_cpus "
+                f"{mask_text.strip()} means {masked.cpulist() or '(none)'}; using local_cpulist",
+            )
+    return listed
+
+
+def _target_name(
+    path: str, name: str, links: dict[str, str | HostError | None], problems: Problems
+) -> str | None:
+    """The last component of symlink `path/name`'s target (`driver` -> `mlx5_core`), as
+    Host.link_name() gives it; None when there is no such symlink."""
+    target = links.get(name)
+    if target is None:
         return None
+    if not isinstance(target, str):
+        problems.add("read.error", f"{path}/{name}", _why(target))
+        return None
+    return target.rstrip("/").rsplit("/", 1)[-1] or None
 
 
 def _list(host: Host, path: str, problems: Problems) -> list[str]:
     try:
         return host.listdir(path)
     except HostError as err:
-        problems.add("read.error", path, f"{type(err).__name__}: {err.detail}")
+        problems.add("read.error", path, _why(err))
         return []
 
 
@@ -515,28 +730,43 @@ def _parse_speed_mbps(text: str) -> int | None:
     return value if value > 0 else None
 
 
-def _read_netdevs(host: Host, path: str, problems: Problems) -> list[NetDev]:
+def _read_netdevs(host: Host, path: str, values: _Values, real: bool) -> list[NetDev]:
+    """The netdevs in a function's `net/` directory: each is a directory there (a symlink to one
+    in some dumps, followed inside the root). `real`: `path` is a real path (read_directory)."""
+    problems = values.problems
+    try:
+        _, dirs, links = host.read_directory(path, _NOTHING, real=real)
+    except HostError as err:
+        problems.add("read.error", path, _why(err))
+        return []
     out = []
-    for name in _list(host, path, problems):
+    for name in sorted([*dirs, *links]) if links else dirs:
         base = f"{path}/{name}"
+        try:
+            attrs = host.read_directory(base, _NETDEV_ATTRS, real=real and name not in links)[0]
+        except HostError as err:
+            problems.add("read.error", base, _why(err))
+            attrs = {}
+        get = values.get
         out.append(
             NetDev(
                 name=name,
-                operstate=read_value(host, f"{base}/operstate", _strip, problems) or None,
-                mtu=read_value(host, f"{base}/mtu", parse.parse_int, problems),
-                speed_mbps=read_value(host, f"{base}/speed", _parse_speed_mbps, problems),
-                mac=read_value(host, f"{base}/address", _strip, problems) or None,
+                operstate=get(base, "operstate", attrs, _strip) or None,
+                mtu=get(base, "mtu", attrs, parse.parse_int),
+                speed_mbps=get(base, "speed", attrs, _parse_speed_mbps),
+                mac=get(base, "address", attrs, _strip) or None,
             )
         )
     return out
 
 
-def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddress]]:
-    """RDMA devices from /sys/class/infiniband with the PCI function their `device` link names.
+def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddress, str]]:
+    """RDMA devices from /sys/class/infiniband: (name, the PCI function its `device` link
+    names, that function's real directory).
 
     Used to catch devices whose directory is not below the PCI function (some dumps keep only
     the class link)."""
-    out: list[tuple[str, PciAddress]] = []
+    out: list[tuple[str, PciAddress, str]] = []
     names = host.listdir_optional(SYS_CLASS_IB)
     for name in names or ():
         try:
@@ -545,5 +775,5 @@ def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddres
             continue
         last = real.rsplit("/", 1)[-1]
         if parse.is_pci_address(last):
-            out.append((name, parse.parse_pci_address(last)))
+            out.append((name, parse.parse_pci_address(last), real))
     return out
