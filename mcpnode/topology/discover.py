@@ -68,8 +68,7 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
         if raw.vendor_id is None and raw.address in nvidia_claimed:
             raw.vendor_id = NVIDIA_VENDOR_ID  # the driver's claim stands in for a trimmed file
     devices = build_pci(raw_pci, nodes, cpus.present, problems)
-    by_addr = {d.address: d for d in raw_pci}
-    _attach_class_rdma(by_addr, rdma_class, problems)
+    _attach_class_rdma(raw_pci, rdma_class, problems)
     gpus = _gpus(devices)
     nvml: NvmlState | None = None
     if backend is not None:
@@ -86,8 +85,8 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
         numa_nodes=nodes,
         pci_devices=devices,
         gpus=gpus,
-        nics=_nics(devices, by_addr),
-        nvmes=_nvmes(devices, by_addr),
+        nics=_nics(devices, raw_pci),
+        nvmes=_nvmes(devices, raw_pci),
         process=process,
         problems=tuple(problems.items),
         nvml=nvml,
@@ -356,7 +355,6 @@ def _interesting(d: RawPci) -> bool:
 def build_pci(
     raw: list[RawPci], nodes: tuple[NumaNode, ...], present: CpuSet, problems: Problems
 ) -> tuple[PciDevice, ...]:
-    by_addr = {d.address: d for d in raw}
     bridge_node = _host_bridge_nodes(raw)
     node_cpus = {n.id: n.cpus for n in nodes}
     out = []
@@ -365,11 +363,12 @@ def build_pci(
         numa: int | None = None
         source: NumaSource = "unknown"
         ancestor_numa: int | None = None
-        for anc in reversed(d.ancestors):
-            a = by_addr.get(anc)
-            if a is not None and a.numa_raw is not None and a.numa_raw >= 0:
+        a = d.parent  # the upstream bridges, nearest first: d.ancestors read backwards
+        while a is not None:
+            if a.numa_raw is not None and a.numa_raw >= 0:
                 ancestor_numa = a.numa_raw
                 break
+            a = a.parent
         local = d.local_cpus & present if d.local_cpus is not None else None
         if d.numa_raw is not None and d.numa_raw >= 0:
             numa, source = d.numa_raw, "own"
@@ -469,31 +468,38 @@ def _gpus(devices: tuple[PciDevice, ...]) -> tuple[Gpu, ...]:
 
 
 def _attach_class_rdma(
-    by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress, str]], problems: Problems
+    raw: list[RawPci], pairs: list[tuple[str, PciAddress, str]], problems: Problems
 ) -> None:
     """RDMA devices known only from /sys/class/infiniband join the function their `device`
     link leads to, when it leads to the directory that function was read from: a link into
     a copy that was not kept (sysfs.walk_pci, duplicate addresses) names no device here."""
+    if not pairs:
+        return
+    by_path = {d.path: d for d in raw}
+    by_addr: dict[PciAddress, RawPci] | None = None
     for name, addr, real in pairs:
-        dev = by_addr.get(addr)
-        if dev is None or name in dev.rdma:
+        dev = by_path.get(real)
+        if dev is None or dev.address != addr:
+            if by_addr is None:
+                by_addr = {d.address: d for d in raw}
+            other = by_addr.get(addr)
+            if other is not None and name not in other.rdma:
+                problems.add(
+                    "rdma.device-elsewhere",
+                    f"{sysfs.SYS_CLASS_IB}/{name}",
+                    f"its device link leads to {real}, not to {other.path} where {addr} was "
+                    "read: not attached to it",
+                )
             continue
-        if real != dev.path:
-            problems.add(
-                "rdma.device-elsewhere",
-                f"{sysfs.SYS_CLASS_IB}/{name}",
-                f"its device link leads to {real}, not to {dev.path} where {addr} was read: "
-                "not attached to it",
-            )
-            continue
-        dev.rdma.append(name)
-        dev.rdma.sort()
+        if name not in dev.rdma:
+            dev.rdma.append(name)
+            dev.rdma.sort()
 
 
-def _nics(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nic, ...]:
+def _nics(devices: tuple[PciDevice, ...], raw: list[RawPci]) -> tuple[Nic, ...]:
+    """`devices` are built from `raw` in its order (build_pci, merge_nvml keep it)."""
     out = []
-    for d in devices:
-        r = raw[d.address]
+    for d, r in zip(devices, raw, strict=True):
         is_net_class = d.class_code is not None and d.class_code >> 8 == 0x02
         if not (is_net_class or r.rdma):
             continue
@@ -515,9 +521,9 @@ def _nics(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tupl
     return tuple(out)
 
 
-def _nvmes(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nvme, ...]:
+def _nvmes(devices: tuple[PciDevice, ...], raw: list[RawPci]) -> tuple[Nvme, ...]:
     out = []
-    for d in devices:
-        for ctrl, model in raw[d.address].nvme:
+    for d, r in zip(devices, raw, strict=True):
+        for ctrl, model in r.nvme:
             out.append(Nvme(controller=ctrl, address=d.address, model=model, numa_node=d.numa_node))
     return tuple(sorted(out, key=lambda n: (n.address, n.controller)))

@@ -295,9 +295,11 @@ class RawPci:
         "host_bridge",
         "link",
         "local_cpus",
+        "name",
         "netdevs",
         "numa_raw",
         "nvme",
+        "parent",
         "path",
         "physfn",
         "prog_if",
@@ -309,9 +311,16 @@ class RawPci:
     )
 
     def __init__(
-        self, address: PciAddress, path: str, host_bridge: str, ancestors: tuple[PciAddress, ...]
+        self,
+        address: PciAddress,
+        path: str,
+        host_bridge: str,
+        ancestors: tuple[PciAddress, ...],
+        parent: RawPci | None = None,
     ) -> None:
         self.address = address
+        self.name = path.rsplit("/", 1)[-1]  # the directory's name: str(address) as sysfs prints it
+        self.parent = parent  # the upstream bridge read just before it (ancestors[-1]), if any
         self.path = path
         self.host_bridge = host_bridge
         self.ancestors = ancestors
@@ -444,24 +453,19 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
         problems.add("pci.unreadable", SYS_DEVICES, _why(err))
         return out
     values = _Values(problems)
-    # Below a real /sys/devices every directory the walk enters was listed as a directory by
-    # its parent: read_directory() need not resolve it again (real=True).
-    try:
-        real = host.realpath(SYS_DEVICES) == SYS_DEVICES
-    except HostError:
-        real = False
-    # (directory, host bridge name, ancestors, its subdirectories when already listed)
-    Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None"]
+    # (directory, host bridge name, ancestors, its subdirectories when already listed, the
+    # function whose directory it is)
+    Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None", "RawPci | None"]
     stack: list[Item] = [
-        (f"{SYS_DEVICES}/{e.name}", e.name, (), None)
+        (f"{SYS_DEVICES}/{e.name}", e.name, (), None, None)
         for e in reversed(top)
         if e.is_dir and parse.is_host_bridge_name(e.name)
     ]
     while stack:
-        dir_path, bridge, ancestors, kids = stack.pop()
+        dir_path, bridge, ancestors, kids, parent = stack.pop()
         if kids is None:
             try:
-                kids = host.read_directory(dir_path, _NOTHING, real=real)[1]
+                kids = host.read_directory(dir_path, _NOTHING)[1]
             except HostError as err:
                 problems.add("pci.vanished", dir_path, _why(err))
                 continue
@@ -473,14 +477,14 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
                 continue
             child = f"{dir_path}/{name}"
             if parse.is_pci_address(name):
-                read = _read_pci_function(host, child, name, bridge, ancestors, values, real)
+                read = _read_pci_function(host, child, name, bridge, ancestors, parent, values)
                 if read is None:
                     continue
                 dev, dev_kids = read
                 out.append(dev)
-                children.append((child, bridge, (*ancestors, dev.address), dev_kids))
+                children.append((child, bridge, (*ancestors, dev.address), dev_kids, dev))
             elif parse.is_host_bridge_name(name):
-                children.append((child, name, (), None))
+                children.append((child, name, (), None, None))
         stack.extend(reversed(children))
     out = _settle_duplicates(host, out, problems)
     _add_unwalked(host, out, values)
@@ -555,15 +559,18 @@ def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
     hwloc does (`pci0004:05`), and each is recorded.
     """
     problems = values.problems
-    seen = {str(d.address) for d in found}
+    seen = {d.name for d in found}
+    normal: set[str] | None = None  # str() of every address found, built only when needed
     names = host.listdir_optional(SYS_BUS_PCI)
     for name in names or ():
-        # Compared as names first: parsing the thousands already walked would cost more than
-        # the listing. The kernel names these entries exactly as str(PciAddress) prints.
+        # Compared by name first: parsing the thousands already walked would cost more than the
+        # listing. A name spelled otherwise (upper case, 8-digit domain) is compared parsed.
         if name in seen or not parse.is_pci_address(name):
             continue
         addr = parse.parse_pci_address(name)
-        if str(addr) in seen:
+        if normal is None:
+            normal = {str(d.address) for d in found}
+        if str(addr) in normal:
             continue
         try:
             real = host.realpath(f"{SYS_BUS_PCI}/{name}")
@@ -574,7 +581,7 @@ def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
         bridge = (
             parent if parse.is_host_bridge_name(parent) else f"pci{addr.domain:04x}:{addr.bus:02x}"
         )
-        read = _read_pci_function(host, real, name, bridge, (), values, True)
+        read = _read_pci_function(host, real, name, bridge, (), None, values)
         if read is None:
             continue
         dev = read[0]
@@ -585,7 +592,8 @@ def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
             f"{bridge}",
         )
         found.append(dev)
-        seen.add(str(addr))
+        seen.add(name)
+        normal.add(str(addr))
 
 
 def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
@@ -603,8 +611,8 @@ def _read_pci_function(
     name: str,
     bridge: str,
     ancestors: tuple[PciAddress, ...],
+    parent: RawPci | None,
     values: _Values,
-    real: bool,
 ) -> tuple[RawPci, list[str]] | None:
     """One PCI function's attributes, and its subdirectories holding functions or host bridges
     (for the walk to descend into without listing them again).
@@ -613,16 +621,11 @@ def _read_pci_function(
     the Problems in every output: keep it."""
     problems = values.problems
     try:
-        attrs, subdirs, links = host.read_directory(path, _PCI_ATTRS, _PCI_LINKS, real=real)
+        attrs, subdirs, links = host.read_directory(path, _PCI_ATTRS, _PCI_LINKS)
     except HostError as err:
         problems.add("pci.vanished", path, _why(err))
         return None
-    dev = RawPci(
-        address=parse.parse_pci_address(name),
-        path=path,
-        host_bridge=bridge,
-        ancestors=ancestors,
-    )
+    dev = RawPci(parse.parse_pci_address(name), path, bridge, ancestors, parent)
     get = values.get
     cls = get(path, "class", attrs, parse.parse_pci_class)
     if cls is not None:
@@ -655,12 +658,12 @@ def _read_pci_function(
         elif _VIRTIO_DIR.match(sub):
             virtio.append(sub)
     if "net" in subdirs:
-        dev.netdevs = _read_netdevs(host, f"{path}/net", values, real)
+        dev.netdevs = _read_netdevs(host, f"{path}/net", values)
     for sub in virtio:
         # virtio-net puts its netdev one level down: <pci fn>/virtio0/net/eth0 (the virtio bus
         # device sits between the PCI function and the netdev).
         if host.is_real_dir(f"{path}/{sub}/net"):
-            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", values, real))
+            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", values))
     if "infiniband" in subdirs:
         dev.rdma = _list(host, f"{path}/infiniband", problems)
     if "nvme" in subdirs:
@@ -730,12 +733,12 @@ def _parse_speed_mbps(text: str) -> int | None:
     return value if value > 0 else None
 
 
-def _read_netdevs(host: Host, path: str, values: _Values, real: bool) -> list[NetDev]:
+def _read_netdevs(host: Host, path: str, values: _Values) -> list[NetDev]:
     """The netdevs in a function's `net/` directory: each is a directory there (a symlink to one
-    in some dumps, followed inside the root). `real`: `path` is a real path (read_directory)."""
+    in some dumps, followed inside the root)."""
     problems = values.problems
     try:
-        _, dirs, links = host.read_directory(path, _NOTHING, real=real)
+        _, dirs, links = host.read_directory(path, _NOTHING)
     except HostError as err:
         problems.add("read.error", path, _why(err))
         return []
@@ -743,7 +746,7 @@ def _read_netdevs(host: Host, path: str, values: _Values, real: bool) -> list[Ne
     for name in sorted([*dirs, *links]) if links else dirs:
         base = f"{path}/{name}"
         try:
-            attrs = host.read_directory(base, _NETDEV_ATTRS, real=real and name not in links)[0]
+            attrs = host.read_directory(base, _NETDEV_ATTRS)[0]
         except HostError as err:
             problems.add("read.error", base, _why(err))
             attrs = {}
