@@ -414,8 +414,15 @@ class HostReads(HostRoot):
         """
         if self._recording is not None:
             return self._read_directory_each(directory, names, targets, limit)
-        real = directory if self.is_live else self.realpath(directory)
-        fs = self.fs_path(real)
+        cache = self._cache
+        if self.is_live:
+            real = fs = directory
+        else:
+            # A directory listed before in this oneshot() pass is one lookup: the PCI walk reads
+            # each function and netdev directory just after its parent listed it.
+            hit = cache.get(directory) if cache is not None else None
+            real = hit if hit is not None else self.realpath(directory)
+            fs = self._prefix + real
         contents: dict[str, str | HostError] = {}
         dirs: list[str] = []
         links: dict[str, str | HostError | None] = {}
@@ -426,19 +433,20 @@ class HostReads(HostRoot):
             # (four more system calls per directory than the listing itself).
             with os.scandir(fs) as it:
                 for de in it:
+                    # is_symlink() first: for anything else is_dir()/is_file() need not be told
+                    # not to follow (keyword arguments cost more than the calls).
                     name = de.name
                     try:
-                        if de.is_dir(follow_symlinks=False):
-                            dirs.append(name)
-                            if name in names:
-                                other.append(name)
-                        elif de.is_symlink():
+                        if de.is_symlink():
                             links[name] = None
                             if name in names:
                                 other.append(name)
+                        elif de.is_dir():
+                            dirs.append(name)
+                            if name in names:
+                                other.append(name)
                         elif name in names:
-                            kind = regular if de.is_file(follow_symlinks=False) else other
-                            kind.append(name)
+                            (regular if de.is_file() else other).append(name)
                     except FileNotFoundError:
                         continue  # d_type unknown and the entry went away before its lstat
         except OSError as err:
@@ -468,14 +476,13 @@ class HostReads(HostRoot):
             if len(data) == want:  # more than one chunk, or over the cap: the slow way
                 self._read_one_into(contents, base + name, name, limit)
                 continue
-            contents[name] = data.decode("utf-8", errors="replace")
+            contents[name] = data.decode("utf-8", "replace")
         for name in targets:
             if name in links:
                 try:
                     links[name] = os.readlink(fsbase + name)
                 except OSError as err:
                     links[name] = _translate(err, base + name)
-        cache = self._cache
         if cache is not None and not self.is_live and dirs:
             top = real.rstrip("/") + "/"
             for name in dirs:

@@ -9,8 +9,9 @@ the topology.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
@@ -260,23 +261,23 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
 # one (Documentation/ABI/testing/sysfs-class-net). One read_directory() per directory lists it
 # and reads these at once: the walk costs one listing and one open per attribute, and an SR-IOV
 # host's thousands of virtual functions are read at a pace comparable to hwloc's.
-_PCI_ATTRS = frozenset(
-    {
-        "class",
-        "vendor",
-        "device",
-        "subsystem_vendor",
-        "subsystem_device",
-        "numa_node",
-        "local_cpulist",
-        "local_cpus",
-        "current_link_speed",
-        "current_link_width",
-        "max_link_speed",
-        "max_link_width",
-        "sriov_numvfs",
-    }
+# In the order they are taken, which is the order of their Problems in every output: keep it.
+_FN_ATTRS = (
+    "class",
+    "vendor",
+    "device",
+    "subsystem_vendor",
+    "subsystem_device",
+    "numa_node",
+    "local_cpulist",
+    "local_cpus",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "sriov_numvfs",
 )
+_PCI_ATTRS = frozenset(_FN_ATTRS)
 _NETDEV_ATTRS = frozenset({"operstate", "mtu", "speed", "address"})
 _PCI_LINKS = frozenset({"driver", "physfn"})
 _NOTHING: frozenset[str] = frozenset()
@@ -317,9 +318,11 @@ class RawPci:
         host_bridge: str,
         ancestors: tuple[PciAddress, ...],
         parent: RawPci | None = None,
+        name: str | None = None,
     ) -> None:
         self.address = address
-        self.name = path.rsplit("/", 1)[-1]  # the directory's name: str(address) as sysfs prints it
+        # the directory's name: str(address), as sysfs prints it
+        self.name = path.rsplit("/", 1)[-1] if name is None else name
         self.parent = parent  # the upstream bridge read just before it (ancestors[-1]), if any
         self.path = path
         self.host_bridge = host_bridge
@@ -351,13 +354,7 @@ def _parse_numa_raw(text: str) -> int:
     return value
 
 
-class _Garbage:
-    """A text its parser refused, remembered with the parser's message."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: str) -> None:
-        self.message = message
+_MISSING = object()
 
 
 class _Values:
@@ -373,9 +370,11 @@ class _Values:
 
     def __init__(self, problems: Problems) -> None:
         self.problems = problems
-        self._memo: dict[Callable[[str], object], dict[str, object]] = {}
+        # parser -> text -> value; texts the parser refused -> its message
+        self._memo: defaultdict[Callable[[str], object], dict[str, object]] = defaultdict(dict)
+        self._refused: defaultdict[Callable[[str], object], dict[str, str]] = defaultdict(dict)
         self._links: dict[tuple[object, ...], PciLink] = {}
-        self._agree: dict[tuple[str, str], bool] = {}
+        self._functions: dict[tuple[object, ...], tuple[_FunctionValues, tuple[Any, ...]]] = {}
         self._addresses: dict[str, PciAddress | None] = {}
 
     def get(
@@ -390,24 +389,28 @@ class _Values:
         text = attrs.get(name)
         if text is None:
             return None
+        value = self._memo[parser].get(text, _MISSING)  # type: ignore[arg-type]
+        if value is _MISSING:
+            return self._first(f"{directory}/{name}", text, parser)
+        return value  # type: ignore[return-value]  # what `parser` returned for this text
+
+    def _first(self, path: str, text: str | HostError, parser: Callable[[str], T]) -> T | None:
+        """get() for a text not parsed yet, a refused one, or a read that failed."""
         if not isinstance(text, str):
-            self.problems.add("read.error", f"{directory}/{name}", _why(text))
+            self.problems.add("read.error", path, _why(text))
             return None
-        memo = self._memo.get(parser)
-        if memo is None:
-            memo = self._memo[parser] = {}
-        value = memo.get(text, _Garbage)
-        if value is _Garbage:
+        refused = self._refused[parser].get(text)
+        if refused is None:
             # hwloc-gather-topology dumps end some values with a NUL: see read_value.
             try:
                 value = parser(text.split("\x00", 1)[0])
             except parse.ParseError as err:
-                value = _Garbage(str(err))
-            memo[text] = value
-        if type(value) is _Garbage:
-            self.problems.add("read.garbage", f"{directory}/{name}", value.message)
-            return None
-        return value  # type: ignore[return-value]  # what `parser` returned for this text
+                refused = self._refused[parser][text] = str(err)
+            else:
+                self._memo[parser][text] = value
+                return value
+        self.problems.add("read.garbage", path, refused)
+        return None
 
     def link(self, values: tuple[float | None, int | None, float | None, int | None]) -> PciLink:
         """One PciLink per distinct set of link values (every VF's is all None)."""
@@ -418,19 +421,129 @@ class _Values:
 
     def address(self, name: str) -> PciAddress | None:
         """A `physfn` target's PCI address (None when it is not one), parsed once per PF."""
-        addr = self._addresses.get(name, _Garbage)
-        if addr is _Garbage:
+        addr = self._addresses.get(name, _MISSING)
+        if addr is _MISSING:
             addr = self._addresses[name] = (
                 parse.parse_pci_address(name) if parse.is_pci_address(name) else None
             )
         return addr  # type: ignore[return-value]
 
-    def cpus_agree(self, listed: CpuSet, masked: CpuSet, list_text: str, mask_text: str) -> bool:
-        key = (list_text, mask_text)
-        agree = self._agree.get(key)
-        if agree is None:
-            agree = self._agree[key] = listed == masked
-        return agree
+    def function(
+        self, path: str, addr: PciAddress, attrs: dict[str, str | HostError]
+    ) -> _FunctionValues:
+        """A PCI function's attributes parsed (_FN_ATTRS, taken as _parse_function takes them),
+        with their Problems recorded for `path` and `addr`.
+
+        Parsed once per distinct set of texts: every VF of a PF has the same, so the second VF
+        costs one lookup, not a dozen parses."""
+        key = tuple(map(attrs.get, _FN_ATTRS))
+        hit = self._functions.get(key)
+        if hit is None:
+            hit = self._functions[key] = self._parse_function(attrs)
+        parsed, notes = hit
+        for code, attr, detail in notes:
+            self.problems.add(code, f"{path}/{attr}" if attr else str(addr), detail)
+        return parsed
+
+    def _parse_function(
+        self, attrs: dict[str, str | HostError]
+    ) -> tuple[_FunctionValues, tuple[tuple[str, str | None, str], ...]]:
+        """The values of function(), and its Problems as (code, attribute or None for the
+        device itself, detail), in the order they are found."""
+        notes: list[tuple[str, str | None, str]] = []
+
+        def one(name: str, parser: Callable[[str], T]) -> T | None:
+            text = attrs.get(name)
+            if text is None:
+                return None
+            if not isinstance(text, str):
+                notes.append(("read.error", name, _why(text)))
+                return None
+            value = self._memo[parser].get(text, _MISSING)
+            if value is not _MISSING:
+                return value  # type: ignore[return-value]
+            refused = self._refused[parser].get(text)
+            if refused is None:
+                try:
+                    value = parser(text.split("\x00", 1)[0])  # NUL: see read_value
+                except parse.ParseError as err:
+                    refused = self._refused[parser][text] = str(err)
+                else:
+                    self._memo[parser][text] = value
+                    return value
+            notes.append(("read.garbage", name, refused))
+            return None
+
+        cls = one("class", parse.parse_pci_class)
+        vendor = one("vendor", parse.parse_hex)
+        device = one("device", parse.parse_hex)
+        subsystem_vendor = one("subsystem_vendor", parse.parse_hex)
+        subsystem_device = one("subsystem_device", parse.parse_hex)
+        numa = one("numa_node", _parse_numa_raw)
+        # The function's local CPUs: `local_cpulist`, else the `local_cpus` mask. Both files
+        # print one cpumask (drivers/pci/pci-sysfs.c: local_cpus_show and local_cpulist_show
+        # both call pci_dev_show_local_cpu(), cpumap_print_to_pagebuf() of
+        # cpumask_of_pcibus()), so on a live kernel they cannot disagree; in an edited dump they
+        # can, and that is recorded, naming both. The list is the one used: it is what
+        # discovery has always reported (the mask only when the list is missing or
+        # unreadable), and its meaning does not hang on the mask's width, which an edited dump
+        # gets wrong by a 32-bit group as easily as by a digit.
+        local = one("local_cpulist", parse.parse_cpulist)
+        if "local_cpus" in attrs:
+            masked = one("local_cpus", parse.parse_cpumask)
+            if local is None:
+                local = masked
+            elif masked is not None and local != masked:
+                mask_text = attrs["local_cpus"]
+                assert isinstance(mask_text, str)
+                notes.append(
+                    (
+                        "pci.local-cpus.disagree",
+                        None,
+                        f"local_cpulist says {local.cpulist() or '(none)'} but local_cpus "
+                        f"{mask_text.strip()} means {masked.cpulist() or '(none)'}; using "
+                        "local_cpulist",
+                    )
+                )
+        link = self.link(
+            (
+                one("current_link_speed", parse.parse_link_speed),
+                one("current_link_width", parse.parse_link_width),
+                one("max_link_speed", parse.parse_link_speed),
+                one("max_link_width", parse.parse_link_width),
+            )
+        )
+        numvfs = one("sriov_numvfs", parse.parse_int)
+        class_code, prog_if = cls if cls is not None else (None, None)
+        parsed = (
+            class_code,
+            prog_if,
+            vendor,
+            device,
+            subsystem_vendor,
+            subsystem_device,
+            numa,
+            local,
+            link,
+            numvfs,
+        )
+        return parsed, tuple(notes)
+
+
+# function(): class code, prog-if, vendor, device, subsystem vendor, subsystem device, numa_node
+# as written, local CPUs, link, sriov_numvfs.
+_FunctionValues = tuple[
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    CpuSet | None,
+    PciLink,
+    int | None,
+]
 
 
 def _why(err: HostError) -> str:
@@ -488,8 +601,14 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
         stack.extend(reversed(children))
     out = _settle_duplicates(host, out, problems)
     _add_unwalked(host, out, values)
-    out.sort(key=lambda d: d.address)
+    out.sort(key=_address_order)
     return out
+
+
+def _address_order(d: RawPci) -> tuple[int, int, int, int]:
+    """PciAddress order as plain ints: comparing records field by field costs more."""
+    a = d.address
+    return (a.domain, a.bus, a.device, a.function)
 
 
 def _settle_duplicates(host: Host, found: list[RawPci], problems: Problems) -> list[RawPci]:
@@ -505,10 +624,10 @@ def _settle_duplicates(host: Host, found: list[RawPci], problems: Problems) -> l
     in walk order is. Every other copy is a Problem, and it is dropped with everything below it:
     a grafted subtree holds no device of this machine.
     """
-    first: dict[PciAddress, RawPci] = {}
+    first: dict[tuple[int, int, int, int], RawPci] = {}
     copies: dict[PciAddress, list[RawPci]] = {}
     for dev in found:
-        seen = first.setdefault(dev.address, dev)
+        seen = first.setdefault(_address_order(dev), dev)
         if seen is not dev:
             copies.setdefault(dev.address, [seen]).append(dev)
     if not copies:
@@ -625,26 +744,19 @@ def _read_pci_function(
     except HostError as err:
         problems.add("pci.vanished", path, _why(err))
         return None
-    dev = RawPci(parse.parse_pci_address(name), path, bridge, ancestors, parent)
-    get = values.get
-    cls = get(path, "class", attrs, parse.parse_pci_class)
-    if cls is not None:
-        dev.class_code, dev.prog_if = cls
-    dev.vendor_id = get(path, "vendor", attrs, parse.parse_hex)
-    dev.device_id = get(path, "device", attrs, parse.parse_hex)
-    dev.subsystem_vendor_id = get(path, "subsystem_vendor", attrs, parse.parse_hex)
-    dev.subsystem_device_id = get(path, "subsystem_device", attrs, parse.parse_hex)
-    dev.numa_raw = get(path, "numa_node", attrs, _parse_numa_raw)
-    dev.local_cpus = _local_cpus(path, dev.address, attrs, values)
-    dev.link = values.link(
-        (
-            get(path, "current_link_speed", attrs, parse.parse_link_speed),
-            get(path, "current_link_width", attrs, parse.parse_link_width),
-            get(path, "max_link_speed", attrs, parse.parse_link_speed),
-            get(path, "max_link_width", attrs, parse.parse_link_width),
-        )
-    )
-    dev.sriov_numvfs = get(path, "sriov_numvfs", attrs, parse.parse_int)
+    dev = RawPci(parse.parse_pci_address(name), path, bridge, ancestors, parent, name)
+    (
+        dev.class_code,
+        dev.prog_if,
+        dev.vendor_id,
+        dev.device_id,
+        dev.subsystem_vendor_id,
+        dev.subsystem_device_id,
+        dev.numa_raw,
+        dev.local_cpus,
+        dev.link,
+        dev.sriov_numvfs,
+    ) = values.function(path, dev.address, attrs)
     if links:
         dev.driver = _target_name(path, "driver", links, problems)
         pf = _target_name(path, "physfn", links, problems)
@@ -673,38 +785,6 @@ def _read_pci_function(
     return dev, kids
 
 
-def _local_cpus(
-    path: str, addr: PciAddress, attrs: dict[str, str | HostError], values: _Values
-) -> CpuSet | None:
-    """The function's local CPUs: `local_cpulist`, else the `local_cpus` mask.
-
-    Both files print one cpumask (drivers/pci/pci-sysfs.c: local_cpus_show and
-    local_cpulist_show both call pci_dev_show_local_cpu(), cpumap_print_to_pagebuf() of
-    cpumask_of_pcibus()), so on a live kernel they cannot disagree; in an edited dump they can,
-    and that is recorded, naming both. The list is the one used: it is what discovery has always
-    reported (the mask only when the list is missing or unreadable), and its meaning does not
-    hang on the mask's width, which an edited dump gets wrong by a 32-bit group as easily as by
-    a digit.
-    """
-    listed = values.get(path, "local_cpulist", attrs, parse.parse_cpulist)
-    if "local_cpus" not in attrs:
-        return listed
-    masked = values.get(path, "local_cpus", attrs, parse.parse_cpumask)
-    if listed is None:
-        return masked
-    if masked is not None:
-        list_text, mask_text = attrs["local_cpulist"], attrs["local_cpus"]
-        assert isinstance(list_text, str) and isinstance(mask_text, str)
-        if not values.cpus_agree(listed, masked, list_text, mask_text):
-            values.problems.add(
-                "pci.local-cpus.disagree",
-                str(addr),
-                f"local_cpulist says {listed.cpulist() or '(none)'} but local_cpus "
-                f"{mask_text.strip()} means {masked.cpulist() or '(none)'}; using local_cpulist",
-            )
-    return listed
-
-
 def _target_name(
     path: str, name: str, links: dict[str, str | HostError | None], problems: Problems
 ) -> str | None:
@@ -725,6 +805,20 @@ def _list(host: Host, path: str, problems: Problems) -> list[str]:
     except HostError as err:
         problems.add("read.error", path, _why(err))
         return []
+
+
+def _text(
+    directory: str, name: str, attrs: dict[str, str | HostError], problems: Problems
+) -> str | None:
+    """An attribute's text, stripped (read_value with _strip): unique per file (a MAC address),
+    so not worth remembering."""
+    text = attrs.get(name)
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        problems.add("read.error", f"{directory}/{name}", _why(text))
+        return None
+    return text.split("\x00", 1)[0].strip() or None
 
 
 def _parse_speed_mbps(text: str) -> int | None:
@@ -757,7 +851,7 @@ def _read_netdevs(host: Host, path: str, values: _Values) -> list[NetDev]:
                 operstate=get(base, "operstate", attrs, _strip) or None,
                 mtu=get(base, "mtu", attrs, parse.parse_int),
                 speed_mbps=get(base, "speed", attrs, _parse_speed_mbps),
-                mac=get(base, "address", attrs, _strip) or None,
+                mac=_text(base, "address", attrs, problems),
             )
         )
     return out
