@@ -357,9 +357,12 @@ def build_pci(
 ) -> tuple[PciDevice, ...]:
     bridge_node = _host_bridge_nodes(raw)
     node_cpus = {n.id: n.cpus for n in nodes}
+    # The CPU sets of an SR-IOV host's functions are a few shared objects (sysfs._Values):
+    # clip and compare each once, not once per function.
+    clipped: dict[CpuSet, CpuSet] = {}
+    agrees: dict[tuple[CpuSet, int], bool] = {}
     out = []
     for d in raw:
-        src = str(d.address)
         numa: int | None = None
         source: NumaSource = "unknown"
         ancestor_numa: int | None = None
@@ -369,13 +372,17 @@ def build_pci(
                 ancestor_numa = a.numa_raw
                 break
             a = a.parent
-        local = d.local_cpus & present if d.local_cpus is not None else None
+        local = None
+        if d.local_cpus is not None:
+            local = clipped.get(d.local_cpus)
+            if local is None:
+                local = clipped[d.local_cpus] = d.local_cpus & present
         if d.numa_raw is not None and d.numa_raw >= 0:
             numa, source = d.numa_raw, "own"
             if ancestor_numa is not None and ancestor_numa != numa:
                 problems.add(
                     "pci.numa.ancestor-disagrees",
-                    src,
+                    str(d.address),
                     f"numa_node {numa} but upstream bridge says {ancestor_numa}; using own",
                 )
         elif ancestor_numa is not None:
@@ -387,49 +394,55 @@ def build_pci(
             if guess is not None:
                 numa, source = guess, "local-cpus"
         if numa is not None and numa not in node_cpus and nodes:
-            problems.add("pci.numa.no-such-node", src, f"numa_node {numa} is not a NUMA node")
+            problems.add(
+                "pci.numa.no-such-node", str(d.address), f"numa_node {numa} is not a NUMA node"
+            )
         if numa is None and _interesting(d):
             problems.add(
                 "pci.numa.unknown",
-                src,
+                str(d.address),
                 "no numa_node (-1 or missing), no located ancestor, local CPUs "
                 f"{local.cpulist() if local else 'unknown'} span nodes: locality unknown",
             )
         if numa is not None and local and numa in node_cpus:
             expected = node_cpus[numa]
-            if expected and local != expected:
+            agree = agrees.get((local, numa))
+            if agree is None:
+                agree = agrees[local, numa] = not expected or local == expected
+            if not agree:
                 problems.add(
                     "pci.numa.local-cpus-disagree",
-                    src,
+                    str(d.address),
                     f"NUMA node {numa} ({source}) has CPUs {expected.cpulist()} but "
                     f"local_cpulist says {local.cpulist()}",
                 )
+        # Positional, in PciDevice's field order: keyword arguments cost more, thousands of times.
         out.append(
             PciDevice(
-                address=d.address,
-                sysfs_path=d.path,
-                host_bridge=d.host_bridge,
-                ancestors=d.ancestors,
-                class_code=d.class_code,
-                prog_if=d.prog_if,
-                vendor_id=d.vendor_id,
-                device_id=d.device_id,
-                subsystem_vendor_id=d.subsystem_vendor_id,
-                subsystem_device_id=d.subsystem_device_id,
-                driver=d.driver,
-                numa_node=numa,
-                numa_source=source,
-                numa_node_raw=d.numa_raw,
-                local_cpus=d.local_cpus,
-                link=d.link,
-                physfn=d.physfn,
-                sriov_numvfs=d.sriov_numvfs,
+                d.address,
+                d.path,
+                d.host_bridge,
+                d.ancestors,
+                d.class_code,
+                d.prog_if,
+                d.vendor_id,
+                d.device_id,
+                d.subsystem_vendor_id,
+                d.subsystem_device_id,
+                d.driver,
+                numa,
+                source,
+                d.numa_raw,
+                d.local_cpus,
+                d.link,
+                d.physfn,
+                d.sriov_numvfs,
             )
         )
         if d.link.width_downtrained and _interesting(d):
             problems.add(
                 "pci.link.width-downtrained",
-                src,
+                str(d.address),
                 f"PCIe link x{d.link.current_width} of x{d.link.max_width}",
             )
     return tuple(out)
@@ -503,19 +516,20 @@ def _nics(devices: tuple[PciDevice, ...], raw: list[RawPci]) -> tuple[Nic, ...]:
         is_net_class = d.class_code is not None and d.class_code >> 8 == 0x02
         if not (is_net_class or r.rdma):
             continue
+        netdevs = r.netdevs
         out.append(
-            Nic(
-                address=d.address,
-                class_code=d.class_code,
-                vendor_id=d.vendor_id,
-                device_id=d.device_id,
-                driver=d.driver,
-                netdevs=tuple(sorted(r.netdevs, key=lambda n: n.name)),
-                rdma_devices=tuple(r.rdma),
-                numa_node=d.numa_node,
-                local_cpus=d.local_cpus,
-                link=d.link,
-                is_virtual_function=d.is_virtual_function,
+            Nic(  # positional, in Nic's field order (see build_pci)
+                d.address,
+                d.class_code,
+                d.vendor_id,
+                d.device_id,
+                d.driver,
+                tuple(sorted(netdevs, key=lambda n: n.name)) if len(netdevs) > 1 else (*netdevs,),
+                tuple(r.rdma),
+                d.numa_node,
+                d.local_cpus,
+                d.link,
+                d.physfn is not None,  # is_virtual_function
             )
         )
     return tuple(out)
