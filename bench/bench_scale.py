@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,15 +71,40 @@ print(json.dumps([t1 - t0, t2 - t1, t3 - t2, len(topo.pci_devices)]))
 """
 
 
+# Each measured command runs under this small launcher (~8 MiB). A child's ru_maxrss counts the
+# address space it was forked (or vforked) from until its exec(), so measured straight from a
+# large process a 10 MiB lstopo would read as that process's size.
+_LAUNCHER = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.execvp(sys.argv[1], sys.argv[1:])
+_pid, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+print(json.dumps([os.waitstatus_to_exitcode(status), wall, usage.ru_utime + usage.ru_stime,
+                  usage.ru_maxrss / 1024]))
+"""
+
+
 def _child(argv: list[str], cwd: Path) -> tuple[float, float, float]:
-    """(wall seconds, user+system CPU seconds, peak RSS MiB) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {os.waitstatus_to_exitcode(status)}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    """(wall seconds, user+system CPU seconds, peak RSS MiB) of one command, its output
+    discarded."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _LAUNCHER, *argv],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
+    code, wall, cpu, rss = json.loads(proc.stdout)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {code}")
+    return wall, cpu, rss
 
 
 def _in_process(tree: Path, root: Path) -> list[float]:
@@ -129,10 +153,11 @@ def bench_scale(baseline: Path | None = None) -> list[dict[str, object]]:
         roots: dict[int, Path] = {}
         functions: dict[int, int] = {}
         for n in VFS:
-            spec = fixturegen.synthetic_host(n)
             roots[n] = Path(tmp_name) / f"vf{n}"
-            fixturegen.write_host(spec, roots[n])
-            functions[n] = len(fixturegen.pci_functions(spec))
+            # In a child: the tree of 8,192 VFs is ~100 MiB of Python objects while it is built.
+            gen = [sys.executable, str(ROOT / "tests" / "fixturegen.py"), "--synthetic-vfs", str(n)]
+            subprocess.run([*gen, "--out", str(roots[n])], check=True, stdout=subprocess.DEVNULL)
+            functions[n] = len(fixturegen.pci_functions(fixturegen.synthetic_host(n)))
         whole: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
         inproc: dict[tuple[str, int], list[list[float]]] = {}
 
