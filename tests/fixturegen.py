@@ -58,6 +58,7 @@ V_SAMSUNG = 0x144D
 V_ASPEED = 0x1A03
 V_REDHAT = 0x1B36  # QEMU PCIe root port
 V_VIRTIO = 0x1AF4
+V_QLOGIC = 0x1077
 
 CLASS_HOST_BRIDGE = 0x060000
 CLASS_ISA_BRIDGE = 0x060100
@@ -69,6 +70,9 @@ CLASS_INFINIBAND = 0x020700
 CLASS_NVME = 0x010802
 CLASS_SATA_AHCI = 0x010601
 CLASS_SCSI = 0x010000
+CLASS_SAS = 0x010700
+CLASS_NETWORK_OTHER = 0x028000  # ConnectX-3 VPI
+CLASS_IB_SERIAL = 0x0C0600  # InfiniBand as a serial bus controller: QLogic TrueScale HCAs
 CLASS_SMBUS = 0x0C0500
 CLASS_SYSTEM_PERIPHERAL = 0x088000
 CLASS_NVSWITCH_A100 = 0x068000
@@ -260,6 +264,12 @@ class HostSpec:
     # /sys/class/dmi/id/{sys_vendor,product_name}: the board, or the hypervisor in a VM
     dmi: tuple[str, str] = ("Supermicro", "SYS-821GE-TNHR")
     uptime_s: float = 259200.52  # /proc/uptime: three days up
+    # cpuN/topology/{thread,core}_siblings: the `%*pb` masks beside the `_list` files (both
+    # printed from one cpumask, drivers/base/topology.c). hwloc 2.9 refuses a root with neither
+    # these nor the 5.5+ `core_cpus`/`package_cpus` masks ("failed to find sysfs cpu topology
+    # directory", topology-linux.c check_sysfs_cpu_path), so hosts benchmarked against lstopo
+    # carry them. The committed fixtures predate this and keep their trees unchanged.
+    cpu_masks: bool = False
 
     @property
     def n_cpus(self) -> int:
@@ -1086,6 +1096,10 @@ class _Builder:
             t.file(f"{d}/topology/die_id", "0\n")
             t.file(f"{d}/topology/thread_siblings_list", format_cpulist(by_core[pkg, core]) + "\n")
             t.file(f"{d}/topology/core_siblings_list", format_cpulist(by_pkg[pkg]) + "\n")
+            if s.cpu_masks:
+                threads, package = by_core[pkg, core], by_pkg[pkg]
+                t.file(f"{d}/topology/thread_siblings", format_bitmap(threads, self.n_cpus) + "\n")
+                t.file(f"{d}/topology/core_siblings", format_bitmap(package, self.n_cpus) + "\n")
             if cpu != 0:
                 t.file(f"{d}/online", "1\n")
             node = owner[cpu]
@@ -2025,7 +2039,69 @@ def synthetic_host(n_vfs: int) -> HostSpec:
         numa=(NumaSpec(0, node0, 1056389356, (10, 21)), NumaSpec(1, node1, 1056874320, (21, 10))),
         host_bridges=tuple(bridges),
         description=f"synthetic benchmark host with {n_vfs} VFs",
+        cpu_masks=True,  # lstopo reads these roots too (bench/bench_scale.py)
     )
+
+
+def hand_edited_base() -> HostSpec:
+    """The base of the hand-edited dumps (graft_copy): a small 2-socket server with a QLogic
+    QDR HCA (`qib0`, `ib0`: class 0x0c06, as 40intel64-2g2n4c+pcilocality has it), an LSI
+    SAS2008 controller, an empty root port, and a ConnectX-3 (`mlx4_0`, `ib1`) on socket 1
+    (32em64t-2n8c has one). Not a committed fixture: tests build it, then edit it as a person
+    editing a dump would."""
+    qib = DeviceSpec(
+        CLASS_IB_SERIAL,
+        V_QLOGIC,
+        0x7322,
+        driver="ib_qib",
+        link=LinkSpec(GT5, 8),
+        netdevs=(NetdevSpec("ib0", mtu=2044, speed_mbps=40000, arphrd=ARPHRD_INFINIBAND),),
+        rdma=(RdmaSpec("qib0", rate="40 Gb/sec (4X QDR)", hca_type="InfiniPath_QLE7340"),),
+        label="QLogic QLE7340 (TrueScale QDR)",
+    )
+    sas = DeviceSpec(
+        CLASS_SAS, V_BROADCOM, 0x0072, driver="mpt2sas", link=LinkSpec(GT5, 8), label="SAS2008"
+    )
+    cx3 = DeviceSpec(
+        CLASS_NETWORK_OTHER,
+        V_MELLANOX,
+        0x1003,
+        driver="mlx4_core",
+        link=LinkSpec(GT8, 8),
+        netdevs=(NetdevSpec("ib1", mtu=2044, speed_mbps=56000, arphrd=ARPHRD_INFINIBAND),),
+        rdma=(RdmaSpec("mlx4_0", rate="56 Gb/sec (4X FDR)", hca_type="MT4099"),),
+        label="ConnectX-3 VPI (FDR)",
+    )
+    rp = 0x3C02  # Sandy Bridge-EP root port
+
+    def port(slot: int, *children: DeviceSpec) -> PortSpec:
+        return PortSpec(V_INTEL, rp, slot=(slot, 0), link=LinkSpec(GT8, 8), children=children)
+
+    return HostSpec(
+        name="hand-edited",
+        hostname="edited-01",
+        osrelease="3.10.0-327.el7.x86_64",
+        sockets=2,
+        cores_per_socket=4,
+        threads_per_core=1,
+        numa=(NumaSpec(0, "0-3", 16777216, (10, 20)), NumaSpec(1, "4-7", 16777216, (20, 10))),
+        host_bridges=(
+            HostBridgeSpec(0x00, 0, (port(1, qib), port(2, sas), port(3))),
+            HostBridgeSpec(0x80, 1, (port(1, cx3),)),
+        ),
+        dmi=("Supermicro", "X9DRT"),
+        description="base of the hand-edited dumps: QLogic HCA, SAS controller, ConnectX-3",
+    )
+
+
+def graft_copy(root: Path, source: str, parent: str, name: str | None = None) -> str:
+    """Edit a written tree as people edit dumps: copy the directory `source` (tree-relative,
+    symlinks copied as they are) into directory `parent` under `name` (default: its own name).
+    Nothing else changes: /sys/bus/pci/devices still links to the original. Returns the copy's
+    tree-relative path."""
+    dest = f"{parent}/{name or source.rsplit('/', 1)[-1]}"
+    shutil.copytree(root / source, root / dest, symlinks=True)
+    return dest
 
 
 def h100_nvl_pair(name: str = "h100-nvl-pair") -> HostSpec:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -477,6 +479,44 @@ def test_synthetic_cli_writes_vfs(tmp_path: Path) -> None:
     # rerunning over a previous synthetic tree replaces it
     assert fixturegen.main(["--synthetic-vfs", "8", "--out", str(out)]) == 0
     assert len(os.listdir(out / "sys/class/net")) == 1 + 8 + 8
+
+
+def test_synthetic_host_carries_cpu_topology_masks(tmp_path: Path) -> None:
+    """thread_siblings/core_siblings masks beside the lists, from the same CPUs: what lstopo
+    needs to accept the root. The committed fixtures keep their trees (no masks)."""
+    out = tmp_path / "synthetic"
+    assert fixturegen.main(["--synthetic-vfs", "2", "--out", str(out)]) == 0
+    cpus = sorted((out / "sys/devices/system/cpu").glob("cpu[0-9]*"))
+    assert len(cpus) == 192
+    for cpu in cpus:
+        topo = cpu / "topology"
+        for kind in ("thread_siblings", "core_siblings"):
+            listed = parse_cpulist(read(topo / f"{kind}_list"))
+            assert read(topo / kind) == format_bitmap(listed, 192), topo / kind
+    assert read(out / "sys/devices/system/cpu/cpu0/topology/thread_siblings") == (
+        "00000000,00000000,00000001,00000000,00000000,00000001"  # CPUs 0 and 96
+    )
+    for name in NAMES:
+        assert not (HOSTS / name / "sys/devices/system/cpu/cpu0/topology/core_siblings").exists()
+
+
+@pytest.mark.skipif(shutil.which("lstopo-no-graphics") is None, reason="hwloc not installed")
+def test_lstopo_reads_the_synthetic_host(tmp_path: Path) -> None:
+    """hwloc reads the generated root (bench/bench_scale.py runs it on these): every GPU, NIC
+    and VF is a PCI device there and every netdev a network OS device."""
+    out = tmp_path / "synthetic"
+    assert fixturegen.main(["--synthetic-vfs", "24", "--out", str(out)]) == 0
+    xml = subprocess.run(
+        ["lstopo-no-graphics", "--whole-io", "--of", "xml", "--input", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert len(re.findall(r'type="Package"', xml)) == 2
+    assert len(re.findall(r'type="PU"', xml)) == 192
+    assert len(re.findall(r'type="PCIDev"', xml)) == 8 + 8 + 24
+    assert len(re.findall(r'osdev_type="2"', xml)) == 8 + 24  # network: 8 PF + 24 VF netdevs
 
 
 def test_vfs_spill_onto_following_buses(tmp_path: Path) -> None:

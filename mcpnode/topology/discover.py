@@ -68,8 +68,7 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
         if raw.vendor_id is None and raw.address in nvidia_claimed:
             raw.vendor_id = NVIDIA_VENDOR_ID  # the driver's claim stands in for a trimmed file
     devices = build_pci(raw_pci, nodes, cpus.present, problems)
-    by_addr = {d.address: d for d in raw_pci}
-    _attach_class_rdma(by_addr, rdma_class)
+    _attach_class_rdma(raw_pci, rdma_class, problems)
     gpus = _gpus(devices)
     nvml: NvmlState | None = None
     if backend is not None:
@@ -86,8 +85,8 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
         numa_nodes=nodes,
         pci_devices=devices,
         gpus=gpus,
-        nics=_nics(devices, by_addr),
-        nvmes=_nvmes(devices, by_addr),
+        nics=_nics(devices, raw_pci),
+        nvmes=_nvmes(devices, raw_pci),
         process=process,
         problems=tuple(problems.items),
         nvml=nvml,
@@ -356,27 +355,34 @@ def _interesting(d: RawPci) -> bool:
 def build_pci(
     raw: list[RawPci], nodes: tuple[NumaNode, ...], present: CpuSet, problems: Problems
 ) -> tuple[PciDevice, ...]:
-    by_addr = {d.address: d for d in raw}
     bridge_node = _host_bridge_nodes(raw)
     node_cpus = {n.id: n.cpus for n in nodes}
+    # The CPU sets of an SR-IOV host's functions are a few shared objects (sysfs._Values):
+    # clip and compare each once, not once per function.
+    clipped: dict[CpuSet, CpuSet] = {}
+    agrees: dict[tuple[CpuSet, int], bool] = {}
     out = []
     for d in raw:
-        src = str(d.address)
         numa: int | None = None
         source: NumaSource = "unknown"
         ancestor_numa: int | None = None
-        for anc in reversed(d.ancestors):
-            a = by_addr.get(anc)
-            if a is not None and a.numa_raw is not None and a.numa_raw >= 0:
+        a = d.parent  # the upstream bridges, nearest first: d.ancestors read backwards
+        while a is not None:
+            if a.numa_raw is not None and a.numa_raw >= 0:
                 ancestor_numa = a.numa_raw
                 break
-        local = d.local_cpus & present if d.local_cpus is not None else None
+            a = a.parent
+        local = None
+        if d.local_cpus is not None:
+            local = clipped.get(d.local_cpus)
+            if local is None:
+                local = clipped[d.local_cpus] = d.local_cpus & present
         if d.numa_raw is not None and d.numa_raw >= 0:
             numa, source = d.numa_raw, "own"
             if ancestor_numa is not None and ancestor_numa != numa:
                 problems.add(
                     "pci.numa.ancestor-disagrees",
-                    src,
+                    str(d.address),
                     f"numa_node {numa} but upstream bridge says {ancestor_numa}; using own",
                 )
         elif ancestor_numa is not None:
@@ -388,49 +394,55 @@ def build_pci(
             if guess is not None:
                 numa, source = guess, "local-cpus"
         if numa is not None and numa not in node_cpus and nodes:
-            problems.add("pci.numa.no-such-node", src, f"numa_node {numa} is not a NUMA node")
+            problems.add(
+                "pci.numa.no-such-node", str(d.address), f"numa_node {numa} is not a NUMA node"
+            )
         if numa is None and _interesting(d):
             problems.add(
                 "pci.numa.unknown",
-                src,
+                str(d.address),
                 "no numa_node (-1 or missing), no located ancestor, local CPUs "
                 f"{local.cpulist() if local else 'unknown'} span nodes: locality unknown",
             )
         if numa is not None and local and numa in node_cpus:
             expected = node_cpus[numa]
-            if expected and local != expected:
+            agree = agrees.get((local, numa))
+            if agree is None:
+                agree = agrees[local, numa] = not expected or local == expected
+            if not agree:
                 problems.add(
                     "pci.numa.local-cpus-disagree",
-                    src,
+                    str(d.address),
                     f"NUMA node {numa} ({source}) has CPUs {expected.cpulist()} but "
                     f"local_cpulist says {local.cpulist()}",
                 )
+        # Positional, in PciDevice's field order: keyword arguments cost more, thousands of times.
         out.append(
             PciDevice(
-                address=d.address,
-                sysfs_path=d.path,
-                host_bridge=d.host_bridge,
-                ancestors=d.ancestors,
-                class_code=d.class_code,
-                prog_if=d.prog_if,
-                vendor_id=d.vendor_id,
-                device_id=d.device_id,
-                subsystem_vendor_id=d.subsystem_vendor_id,
-                subsystem_device_id=d.subsystem_device_id,
-                driver=d.driver,
-                numa_node=numa,
-                numa_source=source,
-                numa_node_raw=d.numa_raw,
-                local_cpus=d.local_cpus,
-                link=d.link,
-                physfn=d.physfn,
-                sriov_numvfs=d.sriov_numvfs,
+                d.address,
+                d.path,
+                d.host_bridge,
+                d.ancestors,
+                d.class_code,
+                d.prog_if,
+                d.vendor_id,
+                d.device_id,
+                d.subsystem_vendor_id,
+                d.subsystem_device_id,
+                d.driver,
+                numa,
+                source,
+                d.numa_raw,
+                d.local_cpus,
+                d.link,
+                d.physfn,
+                d.sriov_numvfs,
             )
         )
         if d.link.width_downtrained and _interesting(d):
             problems.add(
                 "pci.link.width-downtrained",
-                src,
+                str(d.address),
                 f"PCIe link x{d.link.current_width} of x{d.link.max_width}",
             )
     return tuple(out)
@@ -469,43 +481,63 @@ def _gpus(devices: tuple[PciDevice, ...]) -> tuple[Gpu, ...]:
 
 
 def _attach_class_rdma(
-    by_addr: dict[PciAddress, RawPci], pairs: list[tuple[str, PciAddress]]
+    raw: list[RawPci], pairs: list[tuple[str, PciAddress, str]], problems: Problems
 ) -> None:
-    for name, addr in pairs:
-        dev = by_addr.get(addr)
-        if dev is not None and name not in dev.rdma:
+    """RDMA devices known only from /sys/class/infiniband join the function their `device`
+    link leads to, when it leads to the directory that function was read from: a link into
+    a copy that was not kept (sysfs.walk_pci, duplicate addresses) names no device here."""
+    if not pairs:
+        return
+    by_path = {d.path: d for d in raw}
+    by_addr: dict[PciAddress, RawPci] | None = None
+    for name, addr, real in pairs:
+        dev = by_path.get(real)
+        if dev is None or dev.address != addr:
+            if by_addr is None:
+                by_addr = {d.address: d for d in raw}
+            other = by_addr.get(addr)
+            if other is not None and name not in other.rdma:
+                problems.add(
+                    "rdma.device-elsewhere",
+                    f"{sysfs.SYS_CLASS_IB}/{name}",
+                    f"its device link leads to {real}, not to {other.path} where {addr} was "
+                    "read: not attached to it",
+                )
+            continue
+        if name not in dev.rdma:
             dev.rdma.append(name)
             dev.rdma.sort()
 
 
-def _nics(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nic, ...]:
+def _nics(devices: tuple[PciDevice, ...], raw: list[RawPci]) -> tuple[Nic, ...]:
+    """`devices` are built from `raw` in its order (build_pci, merge_nvml keep it)."""
     out = []
-    for d in devices:
-        r = raw[d.address]
+    for d, r in zip(devices, raw, strict=True):
         is_net_class = d.class_code is not None and d.class_code >> 8 == 0x02
         if not (is_net_class or r.rdma):
             continue
+        netdevs = r.netdevs
         out.append(
-            Nic(
-                address=d.address,
-                class_code=d.class_code,
-                vendor_id=d.vendor_id,
-                device_id=d.device_id,
-                driver=d.driver,
-                netdevs=tuple(sorted(r.netdevs, key=lambda n: n.name)),
-                rdma_devices=tuple(r.rdma),
-                numa_node=d.numa_node,
-                local_cpus=d.local_cpus,
-                link=d.link,
-                is_virtual_function=d.is_virtual_function,
+            Nic(  # positional, in Nic's field order (see build_pci)
+                d.address,
+                d.class_code,
+                d.vendor_id,
+                d.device_id,
+                d.driver,
+                tuple(sorted(netdevs, key=lambda n: n.name)) if len(netdevs) > 1 else (*netdevs,),
+                tuple(r.rdma),
+                d.numa_node,
+                d.local_cpus,
+                d.link,
+                d.physfn is not None,  # is_virtual_function
             )
         )
     return tuple(out)
 
 
-def _nvmes(devices: tuple[PciDevice, ...], raw: dict[PciAddress, RawPci]) -> tuple[Nvme, ...]:
+def _nvmes(devices: tuple[PciDevice, ...], raw: list[RawPci]) -> tuple[Nvme, ...]:
     out = []
-    for d in devices:
-        for ctrl, model in raw[d.address].nvme:
+    for d, r in zip(devices, raw, strict=True):
+        for ctrl, model in r.nvme:
             out.append(Nvme(controller=ctrl, address=d.address, model=model, numa_node=d.numa_node))
     return tuple(sorted(out, key=lambda n: (n.address, n.controller)))

@@ -3,6 +3,7 @@ record classes' fields, collections are already sorted, so two runs on one machi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mcpnode.topology.model import (
@@ -48,5 +49,69 @@ def jsonable(obj: Any, key: str | None = None) -> Any:
 
 
 def topology_json(topo: Topology) -> dict[str, Any]:
-    body = jsonable(topo)
+    """jsonable(topo) with the schema version first. The same data as jsonable() gives, built
+    faster: an 8,192-VF host has ~50,000 records, and jsonable() asks each value of each of them
+    what it is. Here each record class gets its field list and a converter per field once, the
+    plain values (str, int, float, bool, None) pass through untouched, and each CpuSet and PCI
+    address is printed once however many devices share it. Anything else takes jsonable()."""
+    body = _Converter().record(topo)
     return {"schema": SCHEMA_VERSION, **body}
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+class _Converter:
+    """One topology_json() pass: the printed form of each CpuSet and PciAddress seen, by
+    identity (the topology holds them all, so no id is reused during the pass)."""
+
+    def __init__(self) -> None:
+        self._printed: dict[int, str] = {}
+
+    def value(self, v: Any) -> Any:
+        t = type(v)
+        if t in _PLAIN:
+            return v
+        if t is tuple or t is list:
+            return [self.value(x) for x in v]
+        if t is CpuSet or t is PciAddress:
+            printed = self._printed.get(id(v))
+            if printed is None:
+                printed = self._printed[id(v)] = v.cpulist() if t is CpuSet else str(v)
+            return printed
+        if hasattr(t, "__record_fields__"):
+            return self.record(v)
+        return jsonable(v)
+
+    def record(self, obj: Any) -> dict[str, Any]:
+        cls = type(obj)
+        plan = _PLANS.get(cls)
+        if plan is None:
+            plan = _PLANS[cls] = tuple((n, self._for_field(n)) for n in fields(cls))
+        out = {name: conv(self, getattr(obj, name)) for name, conv in plan}
+        if cls is NumaNode:
+            out["cpuless"] = obj.cpuless
+        elif cls is NvmlGpu and obj.mig_devices is None:
+            del out["mig_devices"]  # as jsonable() does, and why
+        return out
+
+    @staticmethod
+    def _for_field(name: str) -> Callable[[_Converter, Any], Any]:
+        """jsonable()'s rule for a value under key `name`, as an unbound converter."""
+        if name in _HEX4:
+            return _Converter._hex4
+        if name == "prog_if":
+            return _Converter._prog_if
+        return _Converter.value
+
+    def _hex4(self, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"0x{v:04x}"
+        return self.value(v)
+
+    def _prog_if(self, v: Any) -> Any:
+        return f"0x{v:02x}" if isinstance(v, int) else self.value(v)
+
+
+# Per record class: (field, converter) in field order, made on first use.
+_PLANS: dict[type, tuple[tuple[str, Callable[[_Converter, Any], Any]], ...]] = {}

@@ -9,8 +9,9 @@ the topology.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
@@ -259,10 +260,35 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
 
 # -- PCI ---------------------------------------------------------------------------------------
 
+# What discovery reads of each PCI function (drivers/pci/pci-sysfs.c) and of each netdev below
+# one (Documentation/ABI/testing/sysfs-class-net). One read_directory() per directory lists it
+# and reads these at once: the walk costs one listing and one open per attribute, and an SR-IOV
+# host's thousands of virtual functions are read at a pace comparable to hwloc's.
+# In the order they are taken, which is the order of their Problems in every output: keep it.
+_FN_ATTRS = (
+    "class",
+    "vendor",
+    "device",
+    "subsystem_vendor",
+    "subsystem_device",
+    "numa_node",
+    "local_cpulist",
+    "local_cpus",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "sriov_numvfs",
+)
+_PCI_ATTRS = frozenset(_FN_ATTRS)
+_NETDEV_ATTRS = frozenset({"operstate", "mtu", "speed", "address"})
+_PCI_LINKS = frozenset({"driver", "physfn"})
+_NOTHING: frozenset[str] = frozenset()
+
 
 class RawPci:
-    """One PCI function as read, filled in attribute by attribute by _read_pci_function. A
-    plain slotted class: thousands of these exist on an SR-IOV host, for one discovery."""
+    """One PCI function as read. A plain slotted class: thousands of these exist on an SR-IOV
+    host, for one discovery."""
 
     __slots__ = (
         "address",
@@ -273,9 +299,11 @@ class RawPci:
         "host_bridge",
         "link",
         "local_cpus",
+        "name",
         "netdevs",
         "numa_raw",
         "nvme",
+        "parent",
         "path",
         "physfn",
         "prog_if",
@@ -287,9 +315,18 @@ class RawPci:
     )
 
     def __init__(
-        self, address: PciAddress, path: str, host_bridge: str, ancestors: tuple[PciAddress, ...]
+        self,
+        address: PciAddress,
+        path: str,
+        host_bridge: str,
+        ancestors: tuple[PciAddress, ...],
+        parent: RawPci | None = None,
+        name: str | None = None,
     ) -> None:
         self.address = address
+        # the directory's name: str(address), as sysfs prints it
+        self.name = path.rsplit("/", 1)[-1] if name is None else name
+        self.parent = parent  # the upstream bridge read just before it (ancestors[-1]), if any
         self.path = path
         self.host_bridge = host_bridge
         self.ancestors = ancestors
@@ -320,80 +357,353 @@ def _parse_numa_raw(text: str) -> int:
     return value
 
 
+_MISSING = object()
+
+
+class _Values:
+    """Attribute texts parsed once per distinct text, and the Problems of the files they came
+    from.
+
+    The functions of one SR-IOV host repeat a few texts thousands of times (every VF of a PF has
+    its class, vendor, NUMA node, CPU list and link), so each parser sees each distinct text
+    once and every function with that text shares the parsed value: one CpuSet for all the VFs
+    of a PF, not one each. A refused text is remembered too, and still recorded as a Problem for
+    every file that held it. Values are immutable, so sharing them is safe.
+    """
+
+    def __init__(self, problems: Problems) -> None:
+        self.problems = problems
+        # parser -> text -> value; texts the parser refused -> its message
+        self._memo: defaultdict[Callable[[str], object], dict[str, object]] = defaultdict(dict)
+        self._refused: defaultdict[Callable[[str], object], dict[str, str]] = defaultdict(dict)
+        self._links: dict[tuple[object, ...], PciLink] = {}
+        self._functions: dict[tuple[object, ...], tuple[_FunctionValues, tuple[Any, ...]]] = {}
+        self._addresses: dict[str, PciAddress | None] = {}
+
+    def get(
+        self,
+        directory: str,
+        name: str,
+        attrs: dict[str, str | HostError],
+        parser: Callable[[str], T],
+    ) -> T | None:
+        """`directory/name` as `parser` reads it: None when absent, unreadable (a read.error
+        Problem) or garbage (a read.garbage Problem), as read_value."""
+        text = attrs.get(name)
+        if text is None:
+            return None
+        value = self._memo[parser].get(text, _MISSING)  # type: ignore[arg-type]
+        if value is _MISSING:
+            return self._first(f"{directory}/{name}", text, parser)
+        return value  # type: ignore[return-value]  # what `parser` returned for this text
+
+    def _first(self, path: str, text: str | HostError, parser: Callable[[str], T]) -> T | None:
+        """get() for a text not parsed yet, a refused one, or a read that failed."""
+        if not isinstance(text, str):
+            self.problems.add("read.error", path, _why(text))
+            return None
+        refused = self._refused[parser].get(text)
+        if refused is None:
+            # hwloc-gather-topology dumps end some values with a NUL: see read_value.
+            try:
+                value = parser(text.split("\x00", 1)[0])
+            except parse.ParseError as err:
+                refused = self._refused[parser][text] = str(err)
+            else:
+                self._memo[parser][text] = value
+                return value
+        self.problems.add("read.garbage", path, refused)
+        return None
+
+    def link(self, values: tuple[float | None, int | None, float | None, int | None]) -> PciLink:
+        """One PciLink per distinct set of link values (every VF's is all None)."""
+        link = self._links.get(values)
+        if link is None:
+            link = self._links[values] = PciLink(*values)
+        return link
+
+    def address(self, name: str) -> PciAddress | None:
+        """A `physfn` target's PCI address (None when it is not one), parsed once per PF."""
+        addr = self._addresses.get(name, _MISSING)
+        if addr is _MISSING:
+            addr = self._addresses[name] = (
+                parse.parse_pci_address(name) if parse.is_pci_address(name) else None
+            )
+        return addr  # type: ignore[return-value]
+
+    def function(
+        self, path: str, addr: PciAddress, attrs: dict[str, str | HostError]
+    ) -> _FunctionValues:
+        """A PCI function's attributes parsed (_FN_ATTRS, taken as _parse_function takes them),
+        with their Problems recorded for `path` and `addr`.
+
+        Parsed once per distinct set of texts: every VF of a PF has the same, so the second VF
+        costs one lookup, not a dozen parses."""
+        key = tuple(map(attrs.get, _FN_ATTRS))
+        hit = self._functions.get(key)
+        if hit is None:
+            hit = self._functions[key] = self._parse_function(attrs)
+        parsed, notes = hit
+        for code, attr, detail in notes:
+            self.problems.add(code, f"{path}/{attr}" if attr else str(addr), detail)
+        return parsed
+
+    def _parse_function(
+        self, attrs: dict[str, str | HostError]
+    ) -> tuple[_FunctionValues, tuple[tuple[str, str | None, str], ...]]:
+        """The values of function(), and its Problems as (code, attribute or None for the
+        device itself, detail), in the order they are found."""
+        notes: list[tuple[str, str | None, str]] = []
+
+        def one(name: str, parser: Callable[[str], T]) -> T | None:
+            text = attrs.get(name)
+            if text is None:
+                return None
+            if not isinstance(text, str):
+                notes.append(("read.error", name, _why(text)))
+                return None
+            value = self._memo[parser].get(text, _MISSING)
+            if value is not _MISSING:
+                return value  # type: ignore[return-value]
+            refused = self._refused[parser].get(text)
+            if refused is None:
+                try:
+                    value = parser(text.split("\x00", 1)[0])  # NUL: see read_value
+                except parse.ParseError as err:
+                    refused = self._refused[parser][text] = str(err)
+                else:
+                    self._memo[parser][text] = value
+                    return value
+            notes.append(("read.garbage", name, refused))
+            return None
+
+        cls = one("class", parse.parse_pci_class)
+        vendor = one("vendor", parse.parse_hex)
+        device = one("device", parse.parse_hex)
+        subsystem_vendor = one("subsystem_vendor", parse.parse_hex)
+        subsystem_device = one("subsystem_device", parse.parse_hex)
+        numa = one("numa_node", _parse_numa_raw)
+        # The function's local CPUs: `local_cpulist`, else the `local_cpus` mask. Both files
+        # print one cpumask (drivers/pci/pci-sysfs.c: local_cpus_show and local_cpulist_show
+        # both call pci_dev_show_local_cpu(), cpumap_print_to_pagebuf() of
+        # cpumask_of_pcibus()), so on a live kernel they cannot disagree; in an edited dump they
+        # can, and that is recorded, naming both. The list is the one used: it is what
+        # discovery has always reported (the mask only when the list is missing or
+        # unreadable), and its meaning does not hang on the mask's width, which an edited dump
+        # gets wrong by a 32-bit group as easily as by a digit.
+        local = one("local_cpulist", parse.parse_cpulist)
+        if "local_cpus" in attrs:
+            masked = one("local_cpus", parse.parse_cpumask)
+            if local is None:
+                local = masked
+            elif masked is not None and local != masked:
+                mask_text = attrs["local_cpus"]
+                assert isinstance(mask_text, str)
+                notes.append(
+                    (
+                        "pci.local-cpus.disagree",
+                        None,
+                        f"local_cpulist says {local.cpulist() or '(none)'} but local_cpus "
+                        f"{mask_text.strip()} means {masked.cpulist() or '(none)'}; using "
+                        "local_cpulist",
+                    )
+                )
+        link = self.link(
+            (
+                one("current_link_speed", parse.parse_link_speed),
+                one("current_link_width", parse.parse_link_width),
+                one("max_link_speed", parse.parse_link_speed),
+                one("max_link_width", parse.parse_link_width),
+            )
+        )
+        numvfs = one("sriov_numvfs", parse.parse_int)
+        class_code, prog_if = cls if cls is not None else (None, None)
+        parsed = (
+            class_code,
+            prog_if,
+            vendor,
+            device,
+            subsystem_vendor,
+            subsystem_device,
+            numa,
+            local,
+            link,
+            numvfs,
+        )
+        return parsed, tuple(notes)
+
+
+# function(): class code, prog-if, vendor, device, subsystem vendor, subsystem device, numa_node
+# as written, local CPUs, link, sriov_numvfs.
+_FunctionValues = tuple[
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    int | None,
+    CpuSet | None,
+    PciLink,
+    int | None,
+]
+
+
+def _why(err: HostError) -> str:
+    return f"{type(err).__name__}: {err.detail}"
+
+
 def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
     """Every PCI function under /sys/devices/pci*, found by walking real directories only.
 
     The walk descends into `DDDD:BB:DD.F` subdirectories (bridges hold their children) and into
     nested `pciDDDD:BB` host bridges (Intel VMD). It never follows symlinks, so the cycles through
     `subsystem`/`driver`/`device` links cannot trap it, and it also finds bridges that a dump
-    left out of /sys/bus/pci/devices.
+    left out of /sys/bus/pci/devices. An address found in several places (a hand-edited dump) is
+    settled by /sys/bus/pci/devices (_settle_duplicates).
     """
     out: list[RawPci] = []
     try:
         top = host.scandir(SYS_DEVICES)
     except HostError as err:
-        problems.add("pci.unreadable", SYS_DEVICES, f"{type(err).__name__}: {err.detail}")
+        problems.add("pci.unreadable", SYS_DEVICES, _why(err))
         return out
-    # (directory, host bridge name, ancestors, its child directories when already known)
-    Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None"]
+    values = _Values(problems)
+    # (directory, host bridge name, ancestors, its subdirectories when already listed, the
+    # function whose directory it is)
+    Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None", "RawPci | None"]
     stack: list[Item] = [
-        (f"{SYS_DEVICES}/{e.name}", e.name, (), None)
+        (f"{SYS_DEVICES}/{e.name}", e.name, (), None, None)
         for e in reversed(top)
         if e.is_dir and parse.is_host_bridge_name(e.name)
     ]
     while stack:
-        dir_path, bridge, ancestors, kids = stack.pop()
+        dir_path, bridge, ancestors, kids, parent = stack.pop()
         if kids is None:
             try:
-                kids = _child_dirs(host, dir_path, host.listdir(dir_path))
+                kids = host.read_directory(dir_path, _NOTHING)[1]
             except HostError as err:
-                problems.add("pci.vanished", dir_path, f"{type(err).__name__}: {err.detail}")
+                problems.add("pci.vanished", dir_path, _why(err))
                 continue
         children: list[Item] = []
         for name in kids:
+            # Function directories (`0000:01:00.0`) and nested host bridges (`pci10000:00`) both
+            # hold a ':', which no sysfs attribute or class directory name does.
+            if ":" not in name:
+                continue
             child = f"{dir_path}/{name}"
             if parse.is_pci_address(name):
-                read = _read_pci_function(host, child, name, bridge, ancestors, problems)
+                read = _read_pci_function(host, child, name, bridge, ancestors, parent, values)
                 if read is None:
                     continue
                 dev, dev_kids = read
                 out.append(dev)
-                children.append((child, bridge, (*ancestors, dev.address), dev_kids))
+                children.append((child, bridge, (*ancestors, dev.address), dev_kids, dev))
             elif parse.is_host_bridge_name(name):
-                children.append((child, name, (), None))
+                children.append((child, name, (), None, None))
         stack.extend(reversed(children))
-    _add_unwalked(host, out, problems)
-    out.sort(key=lambda d: d.address)
+    out = _settle_duplicates(host, out, problems)
+    _add_unwalked(host, out, values)
+    out.sort(key=_address_order)
     return out
 
 
-def _add_unwalked(host: Host, found: list[RawPci], problems: Problems) -> None:
+def _address_order(d: RawPci) -> tuple[int, int, int, int]:
+    """PciAddress order as plain ints: comparing records field by field costs more."""
+    a = d.address
+    return (a.domain, a.bus, a.device, a.function)
+
+
+def _settle_duplicates(host: Host, found: list[RawPci], problems: Problems) -> list[RawPci]:
+    """One directory per PCI address: the one /sys/bus/pci/devices/ADDR links to.
+
+    A live kernel has one directory per function (its `struct device`), but hand-edited dumps
+    graft a device's directory under a second parent (hwloc's developers pruned and edited some
+    of theirs). Every copy would otherwise become a device of its own, and the copy read last
+    lends its netdevs and RDMA devices to all of them: three NICs each named `qib0`, or a SAS
+    controller reported with a ConnectX's `ib0`. The copy the bus link names is kept (the
+    kernel makes that link to the device's one directory, drivers/pci/bus.c pci_bus_add_device
+    -> device_add -> bus_add_device); when the link is absent or names none of them, the first
+    in walk order is. Every other copy is a Problem, and it is dropped with everything below it:
+    a grafted subtree holds no device of this machine.
+    """
+    first: dict[tuple[int, int, int, int], RawPci] = {}
+    copies: dict[PciAddress, list[RawPci]] = {}
+    for dev in found:
+        seen = first.setdefault(_address_order(dev), dev)
+        if seen is not dev:
+            copies.setdefault(dev.address, [seen]).append(dev)
+    if not copies:
+        return found
+    dropped: list[str] = []  # directories ignored, with their subtrees
+
+    def under_dropped(path: str) -> bool:
+        return any(path == d or path.startswith(d + "/") for d in dropped)
+
+    # Shallowest first, so that a grafted bridge is settled before the copies below it.
+    for addr, devs in sorted(copies.items(), key=lambda kv: min(d.path.count("/") for d in kv[1])):
+        alive = [d for d in devs if not under_dropped(d.path)]
+        if len(alive) < 2:
+            continue
+        link = f"{SYS_BUS_PCI}/{addr}"
+        try:
+            target: str | None = host.realpath(link)
+        except HostError:
+            target = None
+        keep = next((d for d in alive if d.path == target), None)
+        if keep is not None:
+            why = f"the directory {link} links to"
+        else:
+            keep = alive[0]
+            why = (
+                f"first found; {link} is absent"
+                if target is None
+                else f"first found; {link} links to {target}, none of them"
+            )
+        for d in alive:
+            if d is keep:
+                continue
+            dropped.append(d.path)
+            problems.add(
+                "pci.duplicate-address",
+                str(addr),
+                f"also a directory at {d.path}: ignored with everything below it; using "
+                f"{keep.path} ({why})",
+            )
+    return [d for d in found if not under_dropped(d.path)]
+
+
+def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
     """Functions listed in /sys/bus/pci/devices that the walk did not reach.
 
     Trimmed dumps (hwloc's `nvidiagpunumanodes`) keep devices as plain directories there with no
     /sys/devices/pci* tree; their root complex is then unknown, named after domain:bus the way
     hwloc does (`pci0004:05`), and each is recorded.
     """
-    seen = {d.address for d in found}
+    problems = values.problems
+    seen = {d.name for d in found}
+    normal: set[str] | None = None  # str() of every address found, built only when needed
     names = host.listdir_optional(SYS_BUS_PCI)
     for name in names or ():
-        if not parse.is_pci_address(name):
+        # Compared by name first: parsing the thousands already walked would cost more than the
+        # listing. A name spelled otherwise (upper case, 8-digit domain) is compared parsed.
+        if name in seen or not parse.is_pci_address(name):
             continue
         addr = parse.parse_pci_address(name)
-        if addr in seen:
+        if normal is None:
+            normal = {str(d.address) for d in found}
+        if str(addr) in normal:
             continue
         try:
             real = host.realpath(f"{SYS_BUS_PCI}/{name}")
         except HostError as err:
-            problems.add(
-                "pci.vanished", f"{SYS_BUS_PCI}/{name}", f"{type(err).__name__}: {err.detail}"
-            )
+            problems.add("pci.vanished", f"{SYS_BUS_PCI}/{name}", _why(err))
             continue
         parent = real.rsplit("/", 2)[-2] if real.count("/") >= 2 else ""
         bridge = (
             parent if parse.is_host_bridge_name(parent) else f"pci{addr.domain:04x}:{addr.bus:02x}"
         )
-        read = _read_pci_function(host, real, name, bridge, (), problems)
+        read = _read_pci_function(host, real, name, bridge, (), None, values)
         if read is None:
             continue
         dev = read[0]
@@ -404,7 +714,8 @@ def _add_unwalked(host: Host, found: list[RawPci], problems: Problems) -> None:
             f"{bridge}",
         )
         found.append(dev)
-        seen.add(addr)
+        seen.add(name)
+        normal.add(str(addr))
 
 
 def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
@@ -416,100 +727,101 @@ def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
     return {parse.parse_pci_address(n) for n in names if parse.is_pci_address(n)}
 
 
-def _child_dirs(host: Host, path: str, names: list[str]) -> list[str]:
-    """Names under `path` that are real directories of PCI functions (`0000:01:00.0`) or nested
-    host bridges (`pci10000:00`). Both contain a ':', which no sysfs attribute name does, so
-    only those few entries cost an lstat."""
-    return [
-        n
-        for n in names
-        if ":" in n
-        and (parse.is_pci_address(n) or parse.is_host_bridge_name(n))
-        and host.is_real_dir(f"{path}/{n}")
-    ]
-
-
 def _read_pci_function(
     host: Host,
     path: str,
     name: str,
     bridge: str,
     ancestors: tuple[PciAddress, ...],
-    problems: Problems,
+    parent: RawPci | None,
+    values: _Values,
 ) -> tuple[RawPci, list[str]] | None:
-    """One PCI function's attributes, and its child directories (for the walk to reuse)."""
+    """One PCI function's attributes, and its subdirectories holding functions or host bridges
+    (for the walk to descend into without listing them again).
+
+    Problems are recorded in the order the attributes are taken below, which is the order of
+    the Problems in every output: keep it."""
+    problems = values.problems
     try:
-        listing = host.listdir(path)
+        attrs, subdirs, links = host.read_directory(path, _PCI_ATTRS, _PCI_LINKS)
     except HostError as err:
-        problems.add("pci.vanished", path, f"{type(err).__name__}: {err.detail}")
+        problems.add("pci.vanished", path, _why(err))
         return None
-    names = set(listing)
-    dev = RawPci(
-        address=parse.parse_pci_address(name),
-        path=path,
-        host_bridge=bridge,
-        ancestors=ancestors,
-    )
-
-    def val(attr: str, parser: Callable[[str], T]) -> T | None:
-        if attr not in names:
-            return None
-        return read_value(host, f"{path}/{attr}", parser, problems)
-
-    cls = val("class", parse.parse_pci_class)
-    if cls is not None:
-        dev.class_code, dev.prog_if = cls
-    dev.vendor_id = val("vendor", parse.parse_hex)
-    dev.device_id = val("device", parse.parse_hex)
-    dev.subsystem_vendor_id = val("subsystem_vendor", parse.parse_hex)
-    dev.subsystem_device_id = val("subsystem_device", parse.parse_hex)
-    dev.numa_raw = val("numa_node", _parse_numa_raw)
-    dev.local_cpus = val("local_cpulist", parse.parse_cpulist)
-    if dev.local_cpus is None:
-        dev.local_cpus = val("local_cpus", parse.parse_cpumask)
-    dev.link = PciLink(
-        current_speed_gts=val("current_link_speed", parse.parse_link_speed),
-        current_width=val("current_link_width", parse.parse_link_width),
-        max_speed_gts=val("max_link_speed", parse.parse_link_speed),
-        max_width=val("max_link_width", parse.parse_link_width),
-    )
-    dev.sriov_numvfs = val("sriov_numvfs", parse.parse_int)
-    if "driver" in names:
-        dev.driver = _link_name(host, f"{path}/driver", problems)
-    if "physfn" in names:
-        pf = _link_name(host, f"{path}/physfn", problems)
-        if pf is not None and parse.is_pci_address(pf):
-            dev.physfn = parse.parse_pci_address(pf)
-    if "net" in names and host.is_real_dir(f"{path}/net"):
-        dev.netdevs = _read_netdevs(host, f"{path}/net", problems)
-    for sub in names:
+    dev = RawPci(parse.parse_pci_address(name), path, bridge, ancestors, parent, name)
+    (
+        dev.class_code,
+        dev.prog_if,
+        dev.vendor_id,
+        dev.device_id,
+        dev.subsystem_vendor_id,
+        dev.subsystem_device_id,
+        dev.numa_raw,
+        dev.local_cpus,
+        dev.link,
+        dev.sriov_numvfs,
+    ) = values.function(path, dev.address, attrs)
+    if links:
+        dev.driver = _target_name(path, "driver", links, problems)
+        pf = _target_name(path, "physfn", links, problems)
+        if pf is not None:
+            dev.physfn = values.address(pf)
+    kids: list[str] = []
+    virtio: list[str] = []
+    for sub in subdirs:
+        if ":" in sub:
+            kids.append(sub)
+        elif _VIRTIO_DIR.match(sub):
+            virtio.append(sub)
+    if "net" in subdirs:
+        dev.netdevs = _read_netdevs(host, f"{path}/net", values)
+    for sub in virtio:
         # virtio-net puts its netdev one level down: <pci fn>/virtio0/net/eth0 (the virtio bus
         # device sits between the PCI function and the netdev).
-        if _VIRTIO_DIR.match(sub) and host.is_real_dir(f"{path}/{sub}/net"):
-            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", problems))
-    if "infiniband" in names and host.is_real_dir(f"{path}/infiniband"):
+        if host.is_real_dir(f"{path}/{sub}/net"):
+            dev.netdevs.extend(_read_netdevs(host, f"{path}/{sub}/net", values))
+    if "infiniband" in subdirs:
         dev.rdma = _list(host, f"{path}/infiniband", problems)
-    if "nvme" in names and host.is_real_dir(f"{path}/nvme"):
+    if "nvme" in subdirs:
         for ctrl in _list(host, f"{path}/nvme", problems):
             model = read_value(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
             dev.nvme.append((ctrl, model or None))
-    return dev, _child_dirs(host, path, listing)
+    return dev, kids
 
 
-def _link_name(host: Host, path: str, problems: Problems) -> str | None:
-    try:
-        return host.link_name(path)
-    except HostError as err:
-        problems.add("read.error", path, f"{type(err).__name__}: {err.detail}")
+def _target_name(
+    path: str, name: str, links: dict[str, str | HostError | None], problems: Problems
+) -> str | None:
+    """The last component of symlink `path/name`'s target (`driver` -> `mlx5_core`), as
+    Host.link_name() gives it; None when there is no such symlink."""
+    target = links.get(name)
+    if target is None:
         return None
+    if not isinstance(target, str):
+        problems.add("read.error", f"{path}/{name}", _why(target))
+        return None
+    return target.rstrip("/").rsplit("/", 1)[-1] or None
 
 
 def _list(host: Host, path: str, problems: Problems) -> list[str]:
     try:
         return host.listdir(path)
     except HostError as err:
-        problems.add("read.error", path, f"{type(err).__name__}: {err.detail}")
+        problems.add("read.error", path, _why(err))
         return []
+
+
+def _text(
+    directory: str, name: str, attrs: dict[str, str | HostError], problems: Problems
+) -> str | None:
+    """An attribute's text, stripped (read_value with _strip): unique per file (a MAC address),
+    so not worth remembering."""
+    text = attrs.get(name)
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        problems.add("read.error", f"{directory}/{name}", _why(text))
+        return None
+    return text.split("\x00", 1)[0].strip() or None
 
 
 def _parse_speed_mbps(text: str) -> int | None:
@@ -518,28 +830,43 @@ def _parse_speed_mbps(text: str) -> int | None:
     return value if value > 0 else None
 
 
-def _read_netdevs(host: Host, path: str, problems: Problems) -> list[NetDev]:
+def _read_netdevs(host: Host, path: str, values: _Values) -> list[NetDev]:
+    """The netdevs in a function's `net/` directory: each is a directory there (a symlink to one
+    in some dumps, followed inside the root)."""
+    problems = values.problems
+    try:
+        _, dirs, links = host.read_directory(path, _NOTHING)
+    except HostError as err:
+        problems.add("read.error", path, _why(err))
+        return []
     out = []
-    for name in _list(host, path, problems):
+    for name in sorted([*dirs, *links]) if links else dirs:
         base = f"{path}/{name}"
+        try:
+            attrs = host.read_directory(base, _NETDEV_ATTRS)[0]
+        except HostError as err:
+            problems.add("read.error", base, _why(err))
+            attrs = {}
+        get = values.get
         out.append(
             NetDev(
                 name=name,
-                operstate=read_value(host, f"{base}/operstate", _strip, problems) or None,
-                mtu=read_value(host, f"{base}/mtu", parse.parse_int, problems),
-                speed_mbps=read_value(host, f"{base}/speed", _parse_speed_mbps, problems),
-                mac=read_value(host, f"{base}/address", _strip, problems) or None,
+                operstate=get(base, "operstate", attrs, _strip) or None,
+                mtu=get(base, "mtu", attrs, parse.parse_int),
+                speed_mbps=get(base, "speed", attrs, _parse_speed_mbps),
+                mac=_text(base, "address", attrs, problems),
             )
         )
     return out
 
 
-def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddress]]:
-    """RDMA devices from /sys/class/infiniband with the PCI function their `device` link names.
+def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddress, str]]:
+    """RDMA devices from /sys/class/infiniband: (name, the PCI function its `device` link
+    names, that function's real directory).
 
     Used to catch devices whose directory is not below the PCI function (some dumps keep only
     the class link)."""
-    out: list[tuple[str, PciAddress]] = []
+    out: list[tuple[str, PciAddress, str]] = []
     names = host.listdir_optional(SYS_CLASS_IB)
     for name in names or ():
         try:
@@ -548,5 +875,5 @@ def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddres
             continue
         last = real.rsplit("/", 1)[-1]
         if parse.is_pci_address(last):
-            out.append((name, parse.parse_pci_address(last)))
+            out.append((name, parse.parse_pci_address(last), real))
     return out
