@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import errno
+import functools
 import gzip
 import hashlib
 import io
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -758,3 +760,105 @@ def test_an_archive_gnu_tar_wrote(tmp_path: Path) -> None:
     with Host(src) as d, Host(out) as t:
         for p in ("/sys/devlink/vendor", "/sys/vendor_link", f"/{deep}", "/sys"):
             assert all_answers(t, p) == all_answers(d, p), p
+
+
+# -- the decompressed stream --------------------------------------------------------------------
+
+
+def _std_read(data: bytes) -> bytes | str:
+    """What the standard library's reader for the format gives: the bytes, or the error's
+    kind (the readers tarfile and the previous unpack used)."""
+    import lzma
+
+    opener: Callable[[io.BytesIO], io.BufferedIOBase]
+    if data.startswith(b"\x1f\x8b"):
+        opener = lambda f: gzip.GzipFile(fileobj=f)  # noqa: E731
+    elif data.startswith(b"BZh"):
+        opener = bz2.BZ2File
+    else:
+        opener = lzma.LZMAFile
+    try:
+        with opener(io.BytesIO(data)) as f:
+            return f.read()
+    except (OSError, EOFError, lzma.LZMAError):
+        return "error"
+
+
+def _ours(data: bytes) -> bytes | str:
+    import lzma
+
+    from mcpnode.host import decompress
+
+    source = decompress.open_source(io.BytesIO(data))
+    try:
+        with decompress.ReadAhead(source.chunks) as ahead:
+            out = []
+            while chunk := ahead.next():
+                assert len(chunk) <= decompress.CHUNK
+                out.append(chunk)
+            return b"".join(out)
+    except (OSError, EOFError, zlib.error, lzma.LZMAError):
+        return "error"
+
+
+@functools.cache
+def _streams() -> dict[str, bytes]:
+    import lzma
+
+    rnd = random.Random(3)
+    a = rnd.randbytes(64 << 10) * 20 + bytes(1 << 20)  # 2.3 MiB: several chunks
+    b = b"second stream\n" * 1000
+    gz, bz, xz = gzip.compress, bz2.compress, lzma.compress
+    return {
+        "gz": gz(a),
+        "gz-two-members": gz(a) + gz(b),
+        "gz-nul-padding": gz(b) + bytes(1000) + gz(b) + bytes(7),
+        "gz-trailing-garbage": gz(b) + b"garbage",
+        "gz-cut": gz(a)[:-100],
+        "gz-crc": gz(b)[:-8] + b"\0\0\0\0" + gz(b)[-4:],
+        "gz-empty-member": gz(b"") + gz(b),
+        "bz2": bz(a),
+        "bz2-two-streams": bz(a) + bz(b),
+        "bz2-trailing-garbage": bz(b) + b"garbage",
+        "bz2-cut": bz(a)[:-50],
+        "xz": xz(a),
+        "xz-two-streams": xz(b) + xz(b),
+        "xz-cut": xz(a)[:-50],
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_streams()))
+def test_decompression_reads_as_the_standard_readers(case: str) -> None:
+    """Multi-member gzip and its NUL padding, concatenated bzip2/xz streams, trailing data, a
+    cut stream, a CRC mismatch: the same bytes or the same refusal as gzip.GzipFile,
+    bz2.BZ2File and lzma.LZMAFile."""
+    pytest.importorskip("lzma")
+    data = _streams()[case]
+    assert _ours(data) == _std_read(data)
+
+
+def test_no_decompression_thread_outlives_the_host(tmp_path: Path) -> None:
+    import threading
+
+    from mcpnode.host import tarball as host_tar
+
+    def ours() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "mcpnode-decompress"]
+
+    members = [tfile(f"sys/f{i}", bytes(4096)) for i in range(300)]
+    good = make_tar(tmp_path / "g.tar.bz2", members, "w:bz2")
+    with Host(good) as host:
+        assert ours() == []
+        assert len(host.listdir("/sys")) == 300
+    # Refused while the thread still has chunks to decompress: it is stopped and joined.
+    big = make_tar(
+        tmp_path / "b.tar.gz", [tfile(f"sys/f{i}", bytes(1 << 20)) for i in range(12)], "w:gz"
+    )
+    saved = host_tar.MAX_TOTAL_BYTES
+    host_tar.MAX_TOTAL_BYTES = 2 << 20
+    try:
+        with pytest.raises(RootError, match="holds more than"):
+            Host(big)
+    finally:
+        host_tar.MAX_TOTAL_BYTES = saved
+    assert ours() == []
