@@ -7,7 +7,10 @@ reported beside the times (a tarball root holds its contents in memory).
 
 `MCPNODE_BENCH_TARBALL_BASELINE=DIR` (a checkout of an older mcpnode, e.g. made with
 `git archive REV mcpnode | tar -x -C DIR`) adds that checkout's `topo` on the same tarball as a
-third peer in the same rounds: the before figure, measured on the same machine by the same script.
+third peer in the same rounds: the before figure, measured on the same machine by the same
+script. It also times the two checkouts against each other on the unpacked directory and on the
+live root (`python -m mcpnode topo --format json`, each with its own PYTHONPATH), where the
+tarball work must cost nothing: the ratio should be 1.00 within noise.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ def bench_tarball() -> dict[str, object]:
         base_env = dict(os.environ, PYTHONPATH=str(Path(baseline).resolve()))
         subprocess.run([sys.executable, "-m", "compileall", "-q", baseline], check=True)
     rows: list[dict[str, object]] = []
+    same: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="mcpnode-bench-tarball-") as tmp_name:
         tmp = Path(tmp_name)
         for tarball in dumps:
@@ -149,7 +153,38 @@ def bench_tarball() -> dict[str, object]:
                     row["baseline_ratio"] = base_ratio
                     row["baseline_peak_rss_mib"] = t["baseline"][1]
                 rows.append(row)
-    return {"rounds": ROUNDS, "dumps": rows}
+            if base_env is not None and tarball == dumps[0]:
+                same = _same_paths(base_env, {"directory": str(directory), "live /": None})
+    out: dict[str, object] = {"rounds": ROUNDS, "dumps": rows}
+    if base_env is not None:
+        out["baseline_vs_this"] = same
+    return out
+
+
+def _same_paths(
+    base_env: dict[str, str], roots: dict[str, str | None]
+) -> dict[str, dict[str, float]]:
+    """The baseline checkout against this one where neither reads a tarball."""
+    this_env = dict(os.environ, PYTHONPATH=str(ROOT))
+    rows = {}
+    for label, root in roots.items():
+        argv = [sys.executable, "-m", "mcpnode", "topo", "--format", "json"]
+        if root is not None:
+            argv += ["--root", root]
+        t = _alternate(
+            {
+                "baseline": lambda a=argv, e=base_env: _run(a, e),  # type: ignore[misc]
+                "this": lambda a=argv, e=this_env: _run(a, e),  # type: ignore[misc]
+            },
+            ROUNDS,
+        )
+        ratio = t["this"][0] / t["baseline"][0]
+        print(
+            f"   {label:43s} baseline {t['baseline'][0] * 1000:7.1f} ms  this checkout "
+            f"{t['this'][0] * 1000:7.1f} ms  {ratio:5.2f}x (no tarball read: 1.00 expected)"
+        )
+        rows[label] = {"baseline_s": t["baseline"][0], "this_s": t["this"][0], "ratio": ratio}
+    return rows
 
 
 if __name__ == "__main__":

@@ -76,13 +76,11 @@ class HostRoot:
 
     def _open_archive(self, given: str) -> str:
         """Index a tarball root in memory (tarball.py); the filesystem path of its top."""
-        from pathlib import Path
-
         from mcpnode.host import tarball  # the compressors, only for tarball roots
 
-        if not tarball.is_tarball(Path(given)):
+        if not tarball.is_tarball(given):
             raise RootError(f"{given}: not a directory, .tar.gz or .tar.bz2")
-        archive, self.unpack_notes = tarball.open_root(Path(given))
+        archive, self.unpack_notes = tarball.open_root(given)
         self._io = self._archive = archive
         return archive.top
 

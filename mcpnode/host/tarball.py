@@ -44,12 +44,9 @@ import contextlib
 import errno as errno_mod
 import os
 import re
-import shutil
 import stat
-import tempfile
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 
 from mcpnode.errors import RootError
 from mcpnode.host import decompress
@@ -106,8 +103,8 @@ _Node = tuple[int, _Attrs, _Payload]
 _PLAIN_NUMBERS = re.compile(rb"[0-7]{7}\0[0-7]{7}\0[0-7]{7}\0[0-7]{11}\0[0-7]{11}\0[0-7]{6}\0 ")
 
 
-def is_tarball(path: Path) -> bool:
-    name = path.name
+def is_tarball(path: str) -> bool:
+    name = os.path.basename(path)
     return name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar"))
 
 
@@ -200,7 +197,7 @@ class _Stream:
     def __init__(
         self,
         next_chunk: Callable[[], bytes],
-        tarball: Path,
+        tarball: str,
         errors: tuple[type[Exception], ...],
     ) -> None:
         self._next_chunk = next_chunk
@@ -289,7 +286,7 @@ class Archive:
     """A tarball's members, indexed by filesystem path (`<archive path>/<member path>`), and
     the notes on those refused. Built by `load()`."""
 
-    def __init__(self, path: Path, base: str, st: os.stat_result) -> None:
+    def __init__(self, path: str, base: str, st: os.stat_result) -> None:
         self.path = path
         self.base = base  # the archive's real path: the key of the archive's own top
         self.st = st  # the archive file as it was read
@@ -389,7 +386,7 @@ class Archive:
         )
 
 
-def load(tarball: Path) -> Archive:
+def load(tarball: str) -> Archive:
     """Read a tarball into an Archive index in one pass (module docstring). Raises RootError
     for an archive that is unreadable, corrupt, truncated or over a cap."""
     try:
@@ -535,14 +532,14 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
         long_name = long_link = pax = None
 
 
-def _over_total(tarball: Path) -> RootError:
+def _over_total(tarball: str) -> RootError:
     return RootError(
         f"{tarball}: holds more than {MAX_TOTAL_BYTES} bytes of content (MAX_TOTAL_BYTES, the "
         "most a tarball root keeps in memory); refused"
     )
 
 
-def _pax_records(data: bytes, tarball: Path) -> dict[str, str]:
+def _pax_records(data: bytes, tarball: str) -> dict[str, str]:
     """`LENGTH KEY=VALUE\\n` records of a pax extended header (POSIX.1-2008, pax)."""
     out: dict[str, str] = {}
     pos = 0
@@ -821,7 +818,7 @@ class ArchiveBackend:
         return _untrusted_dirs(os.path.dirname(base) or "/")
 
 
-def open_root(tarball: Path) -> tuple[ArchiveBackend, list[tuple[str, str]]]:
+def open_root(tarball: str) -> tuple[ArchiveBackend, list[tuple[str, str]]]:
     """An ArchiveBackend serving `tarball` from its top (the folder holding sys/, proc/ or the
     snapshot manifest), and the notes on refused members. Raises RootError."""
     _remove_stale_unpacks()
@@ -832,12 +829,33 @@ def open_root(tarball: Path) -> tuple[ArchiveBackend, list[tuple[str, str]]]:
 # Copies unpacked into the temporary directory by mcpnode versions that unpacked tarball roots
 # (`mcpnode-root-PID-*`) stay behind when their process was SIGKILLed. Nothing creates them any
 # more; opening a tarball still removes those whose process is gone, so an upgrade does not
-# leave them for good. One listing of the temporary directory per tarball root.
+# leave them for good. It costs one listing of the temporary directory: tempfile and shutil
+# (5 ms of imports, more than a small root's whole read) are imported only when there is a
+# copy to remove.
 _UNPACK_NAME = re.compile(r"mcpnode-root-(?P<pid>[0-9]{1,10})-")
 
 
+def _temp_dir() -> str:
+    """tempfile.gettempdir()'s answer without importing tempfile unless it is already: its
+    `tempdir` when set, else the first of TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp that is
+    a directory (its candidate order)."""
+    import sys
+
+    loaded = sys.modules.get("tempfile")
+    if loaded is not None:
+        return str(loaded.gettempdir())
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name)
+        if value and os.path.isdir(value):
+            return value
+    for path in ("/tmp", "/var/tmp", "/usr/tmp"):  # noqa: S108 - only listed, never written
+        if os.path.isdir(path):
+            return path
+    return os.getcwd()
+
+
 def _remove_stale_unpacks() -> None:
-    base = tempfile.gettempdir()
+    base = _temp_dir()
     try:
         entries = os.listdir(base)
     except OSError:
@@ -853,4 +871,6 @@ def _remove_stale_unpacks() -> None:
             continue
         # Only our own: a directory (not a link to one) owned by this uid.
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
