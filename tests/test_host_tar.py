@@ -691,6 +691,22 @@ def test_kmsg_answers_as_on_the_directory(tmp_path: Path, kind: str) -> None:
             stream.close()
 
 
+def test_recording_through_a_tarball_sees_what_the_directory_shows(tmp_path: Path) -> None:
+    """What `mcpnode snapshot` captures (every file read, link crossed, directory listed and
+    command answered while discovery and the audit run) is the same through the tarball."""
+    from mcpnode.snapshot import capture
+
+    fixture = REPO / "tests/fixtures/hosts/dgx-a100"
+    tarball = pack(fixture, tmp_path / "dgx.tar.gz")
+    with Host(fixture) as d, Host(tarball) as t:
+        (_, want, _), (_, got, _) = capture(d), capture(t)
+    assert len(want.files) > 100
+    assert got.files == want.files
+    assert got.links == want.links
+    assert got.dirs == want.dirs
+    assert got.commands == want.commands
+
+
 def test_snapshot_of_a_tarball_root_replays_the_same(tmp_path: Path) -> None:
     """Recording through a tarball root (`mcpnode snapshot --root X.tar.gz`): the new snapshot
     gives the topology and the audit of the first, recorded command answers included."""
