@@ -37,10 +37,14 @@ if (Path(sys.executable).parent / "mcpnode").exists():
     MCPNODE = [str(Path(sys.executable).parent / "mcpnode")]  # the console script, as installed
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def _run(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of one child; raises when it fails."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _pid, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
     err = proc.stderr.read() if proc.stderr is not None else b""
@@ -104,9 +108,12 @@ def bench_tarball() -> dict[str, object]:
         return {"dumps": []}
     baseline = os.environ.get("MCPNODE_BENCH_TARBALL_BASELINE")
     base_env = None
+    base_dir = Path(baseline).resolve() if baseline else ROOT
     if baseline:
-        base_env = dict(os.environ, PYTHONPATH=str(Path(baseline).resolve()))
-        subprocess.run([sys.executable, "-m", "compileall", "-q", baseline], check=True)
+        # `python -m` puts the working directory first on sys.path: each checkout runs from
+        # its own, so the editable install of this one cannot shadow the baseline.
+        base_env = dict(os.environ, PYTHONPATH=str(base_dir))
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(base_dir)], check=True)
     rows: list[dict[str, object]] = []
     same: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="mcpnode-bench-tarball-") as tmp_name:
@@ -123,7 +130,7 @@ def bench_tarball() -> dict[str, object]:
                 }
                 if base_env is not None:
                     base_argv = [sys.executable, "-m", "mcpnode", *argv, str(archive)]
-                    cases["baseline"] = lambda a=base_argv, e=base_env: _run(a, e)  # type: ignore[misc]
+                    cases["baseline"] = lambda a=base_argv, e=base_env: _run(a, e, base_dir)  # type: ignore[misc]
                 t = _alternate(cases, ROUNDS)
                 ratio = t["tarball"][0] / t["directory"][0]
                 verdict = "met" if ratio <= 1.5 else "MISSED"
@@ -154,7 +161,8 @@ def bench_tarball() -> dict[str, object]:
                     row["baseline_peak_rss_mib"] = t["baseline"][1]
                 rows.append(row)
             if base_env is not None and tarball == dumps[0]:
-                same = _same_paths(base_env, {"directory": str(directory), "live /": None})
+                roots = {"directory": str(directory), "live /": None}
+                same = _same_paths(base_env, base_dir, roots)
     out: dict[str, object] = {"rounds": ROUNDS, "dumps": rows}
     if base_env is not None:
         out["baseline_vs_this"] = same
@@ -162,7 +170,7 @@ def bench_tarball() -> dict[str, object]:
 
 
 def _same_paths(
-    base_env: dict[str, str], roots: dict[str, str | None]
+    base_env: dict[str, str], base_dir: Path, roots: dict[str, str | None]
 ) -> dict[str, dict[str, float]]:
     """The baseline checkout against this one where neither reads a tarball."""
     this_env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -173,8 +181,8 @@ def _same_paths(
             argv += ["--root", root]
         t = _alternate(
             {
-                "baseline": lambda a=argv, e=base_env: _run(a, e),  # type: ignore[misc]
-                "this": lambda a=argv, e=this_env: _run(a, e),  # type: ignore[misc]
+                "baseline": lambda a=argv, e=base_env: _run(a, e, base_dir),  # type: ignore[misc]
+                "this": lambda a=argv, e=this_env: _run(a, e, ROOT),  # type: ignore[misc]
             },
             ROUNDS,
         )

@@ -477,14 +477,16 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
             data = stream.read(size)
             if len(data) < size or not stream.skip(-size % _BLOCK):
                 raise RootError(f"{tarball}: truncated tar archive")
+            # Two of a kind before one member: the first wins, as in tarfile (which applies the
+            # outer header after the inner one).
             if kind == _LONG_NAME:
-                long_name = _text(data)
+                long_name = _text(data) if long_name is None else long_name
             elif kind == _LONG_LINK:
-                long_link = _text(data)
+                long_link = _text(data) if long_link is None else long_link
             elif kind == _PAX_GLOBAL:
                 pax_global.update(_pax_records(data, tarball))
             else:
-                pax = {**(pax or {}), **_pax_records(data, tarball)}
+                pax = {**_pax_records(data, tarball), **(pax or {})}
             continue
         members += 1
         if members > MAX_MEMBERS:
