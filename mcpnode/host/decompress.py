@@ -4,7 +4,10 @@
 zlib, bz2 and lzma release the GIL while they decompress, so while tarball.py parses one chunk
 of the stream on this thread, the next is being decompressed on another core: for a `.tar.bz2`
 sysfs dump bzip2 alone costs more than the whole parse, and the two then overlap instead of
-adding up. At most AHEAD chunks of CHUNK bytes wait, so memory stays bounded whatever the
+adding up. The first chunk is small (FIRST), so parsing starts early; the others are large
+(CHUNK), because the decompressing thread waits for the GIL after each decompressor call while
+the parser holds it (up to sys.getswitchinterval(), 5 ms): with 1 MiB chunks those waits cost
+more than the overlap saved. At most AHEAD chunks wait, so memory stays bounded whatever the
 compression ratio; the thread ends with the stream, on an error, or when the reader closes.
 
 Each format is read by the standard library's own rules (gzip.GzipFile, bz2.BZ2File,
@@ -22,8 +25,9 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple, Protocol
 
-CHUNK = 1 << 20  # decompressed bytes handed over at a time
-AHEAD = 4  # chunks decompressed ahead of the reader, at most
+FIRST = 256 << 10  # decompressed bytes in the first chunk
+CHUNK = 4 << 20  # ... and at most in each one after it
+AHEAD = 2  # chunks decompressed ahead of the reader, at most
 _INPUT = 1 << 20  # compressed bytes read at a time
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -43,6 +47,7 @@ class _Decompressor(Protocol):
 def _gzip(raw: BinaryIO) -> Iterator[bytes]:
     """gzip members (RFC 1952), each checked against its CRC-32 and length by zlib."""
     data = raw.read(_INPUT)
+    size = FIRST
     while data:
         inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
         while not inflate.eof:
@@ -52,10 +57,11 @@ def _gzip(raw: BinaryIO) -> Iterator[bytes]:
                     raise EOFError(
                         "Compressed file ended before the end-of-stream marker was reached"
                     )
-            out = inflate.decompress(data, CHUNK)
+            out = inflate.decompress(data, size)
             data = inflate.unconsumed_tail
             if out:
                 yield out
+                size = CHUNK
         # After a member: NUL padding, then another member or the end (gzip._GzipReader).
         data = inflate.unused_data.lstrip(b"\0")
         while not data:
@@ -72,6 +78,7 @@ def _streams(
 ) -> Iterator[bytes]:
     """bzip2 or xz streams one after another, as _compression.DecompressReader reads them."""
     decomp = new()
+    size = FIRST
     while True:
         if decomp.eof:
             data = decomp.unused_data or raw.read(_INPUT)
@@ -79,7 +86,7 @@ def _streams(
                 return
             decomp = new()
             try:
-                out = decomp.decompress(data, CHUNK)
+                out = decomp.decompress(data, size)
             except trailing:
                 return  # trailing data that is not a stream is ignored, as BZ2File does
         else:
@@ -91,9 +98,10 @@ def _streams(
                     )
             else:
                 data = b""
-            out = decomp.decompress(data, CHUNK)
+            out = decomp.decompress(data, size)
         if out:
             yield out
+            size = CHUNK
 
 
 def _plain(raw: BinaryIO) -> Iterator[bytes]:
