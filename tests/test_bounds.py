@@ -22,6 +22,7 @@ from mcpnode.topology.discover import discover
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import load_profile, parse_profile
 from tests import placeroot
+from tests.childrss import child_peak_rss_mib
 from tests.minihost import GPU_DIR, build
 from tests.pinchild import start_child, stop
 from tests.tuningcli import run_cli
@@ -29,34 +30,6 @@ from tests.tuningroot import build as build_tuning
 from tests.tuningroot import tree, write_profiles
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-# Linux charges a child's ru_maxrss with the high-water mark of the address space it replaced at
-# execve(2) (exec_mmap() -> setmax_mm_hiwater_rss(), since 2.6.32): a child forked or vforked
-# from this pytest process starts out "peaking" at pytest's own RSS, hundreds of MiB late in a
-# full run. So a small launcher spawns the command and reports its child's figure; the
-# launcher's own ~10 MiB is the floor the figure inherits.
-_LAUNCHER = """
-import os, sys
-fa = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)]
-pid = os.posix_spawn(sys.executable, [sys.executable, *sys.argv[1:]], os.environ, file_actions=fa)
-_pid, status, usage = os.wait4(pid, 0)
-print(usage.ru_maxrss, flush=True)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def child_peak_rss_mib(argv: list[str]) -> tuple[int, float, str]:
-    """Run `mcpnode ARGV` as a grandchild through `_LAUNCHER`; (exit code, its peak RSS in
-    MiB, stderr)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, "-m", "mcpnode", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return proc.returncode, int(proc.stdout.strip().splitlines()[-1]) / 1024, proc.stderr
 
 
 # -- reads --------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def test_a_profile_that_exists_but_does_not_load_is_not_a_usage_error(tmp_path: 
     [
         (lambda d: d / "nowhere", "no such file or directory"),
         (lambda d: d / "plain.txt", "not a directory, .tar.gz or .tar.bz2"),
-        (lambda d: d / "broken.tar.gz", "not a readable tar archive"),
+        (lambda d: d / "broken.tar.gz", "corrupt or truncated archive"),
     ],
 )
 def test_bad_root(tmp_path: Path, make: object, why: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcpnode.cli.main import main as mcpnode_main
+from mcpnode.host import Host
 from tests import proberoot
 from tests.device.probe_compare import differences, figures, main
 
@@ -46,9 +47,10 @@ def test_device_flow_off_gpu(
     )
     assert main(["root", str(tmp_path / "live.json"), str(snap), str(tmp_path / "root")]) == 0
     root = Path(capsys.readouterr().out.strip())
-    assert (root / "mcpnode-probe.json").read_text() == (
-        proberoot.RUNS / f"{L40S}.json"
-    ).read_text()
+    with Host(root) as replay:
+        assert (
+            replay.read_text("/mcpnode-probe.json") == (proberoot.RUNS / f"{L40S}.json").read_text()
+        )
     code, out = mcpnode(["probe", "--root", str(root), "--format", "json"], capsys)
     assert code == 1
     (tmp_path / "replay.json").write_text(out)

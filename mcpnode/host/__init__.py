@@ -15,13 +15,16 @@ layer adding to the one before it:
                  exec
     kmsg.py      the kernel log (/dev/kmsg live, a recorded root's dev/kmsg file)
 and beside them:
-    tarball.py   unpacking a tarball root safely (imported only for one)
+    backend.py   the file operations resolution and reads go through: the OS's, or a tarball's
+    tarball.py   a tarball root read in place: its in-memory index and the backend over it
+    decompress.py  gzip/bzip2/xz, decompressed ahead on a thread (tarball.py, imported only
+                 for a tarball root, like it)
     trust.py     who controls a file: root (or this euid) alone, sticky directories excepted
     translate.py OSError -> mcpnode's typed errors, in one place
     types.py     the values Host hands out
 
 The read path imports no more than it uses: subprocess, shutil, ctypes, platform, tempfile and
-tarfile are imported inside the calls that need them.
+the compressors are imported inside the calls that need them.
 """
 
 from __future__ import annotations

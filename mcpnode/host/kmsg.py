@@ -2,8 +2,9 @@
 
 Live root: the character device, read non-blocking one record per read(2) until EAGAIN (so the
 agent can also wait on it in its selectors loop). Other roots: a regular file `dev/kmsg`
-holding records in kmsg format (what `mcpnode snapshot` records), refused when it is anything
-else, so a FIFO planted there cannot hang the read. Bounded in records and bytes.
+holding records in kmsg format (what `mcpnode snapshot` records), read through the root's file
+operations (a directory's, or a tarball's in-memory index: host/backend.py), refused when it is
+anything else, so a FIFO planted there cannot hang the read. Bounded in records and bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import stat
 from typing import NamedTuple
 
 from mcpnode.errors import HostError, ReadError
+from mcpnode.host.backend import OS, Backend
 from mcpnode.host.process import HostProcesses
 from mcpnode.host.read import _READ_CHUNK
 from mcpnode.host.translate import _translate
@@ -62,20 +64,21 @@ class HostKmsg(HostProcesses):
             except OSError as err:
                 raise _translate(err, KMSG_PATH) from err
             return KmsgStream(fd, None, KMSG_PATH)
+        io = self._io
         try:
             fs = self._real_fs(KMSG_PATH)
-            fd = os.open(fs, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = io.open(fs, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         except HostError:
             raise
         except OSError as err:
             raise _translate(err, KMSG_PATH) from err
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if not stat.S_ISREG(io.fstat(fd).st_mode):
                 raise ReadError(KMSG_PATH, None, "not a regular file (a snapshot's kmsg is one)")
         except BaseException:
-            os.close(fd)
+            io.close(fd)
             raise
-        return KmsgStream(None, fd, KMSG_PATH)
+        return KmsgStream(None, fd, KMSG_PATH, io)
 
 
 # -- the kernel log --------------------------------------------------------------------------
@@ -103,14 +106,18 @@ class KmsgRead(NamedTuple):
 
 
 class KmsgStream:
-    """An open kernel log (Host.open_kmsg): the live char device, or a root's regular file.
+    """An open kernel log (Host.open_kmsg): the live char device, or a root's regular file
+    (`file_fd` of the root's file operations `io`).
 
     `read_new()` returns the records that arrived since the last call (the first call: every
     record held), newest kept when over the bounds. Not thread-safe; close() once done."""
 
-    def __init__(self, device_fd: int | None, file_fd: int | None, path: str) -> None:
+    def __init__(
+        self, device_fd: int | None, file_fd: int | None, path: str, io: Backend = OS
+    ) -> None:
         self._dev = device_fd
         self._file = file_fd
+        self._io = io
         self.path = path
         self._offset = 0
         self._partial = b""
@@ -168,8 +175,9 @@ class KmsgStream:
         return KmsgRead(tuple(kept), truncated, overwritten)
 
     def _read_file(self, fd: int, max_bytes: int, max_records: int, final: bool) -> KmsgRead:
+        io = self._io
         try:
-            end = os.fstat(fd).st_size
+            end = io.fstat(fd).st_size
             if end < self._offset:  # rewritten shorter: start over
                 self._offset, self._partial = 0, b""
             start = self._offset
@@ -180,7 +188,7 @@ class KmsgStream:
             chunks = []
             pos = start
             while pos < end:
-                chunk = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+                chunk = io.pread(fd, min(_READ_CHUNK, end - pos), pos)
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -201,10 +209,12 @@ class KmsgStream:
         return KmsgRead(tuple(records), truncated, 0)
 
     def close(self) -> None:
-        for fd in (self._dev, self._file):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        if self._dev is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._dev)
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._io.close(self._file)
         self._dev = self._file = None
 
 

@@ -13,7 +13,11 @@ read: under a recorded root a FIFO, socket or device node is refused *before* it
 `read_trusted` is for files that decide what mcpnode does as root (profiles, the agent config,
 the journal, the agent state): opened `O_NOFOLLOW`, `fstat`ed, and refused (Untrusted) unless
 the file and every directory above it up to `/` is owned by root (or the running euid) and not
-group/world-writable (trust.py).
+group/world-writable (trust.py). Under a tarball root the owners and modes are the members'
+own, then the archive file's and those of the directories holding it (tarball.py).
+
+Every file operation goes through `self._io` (host/backend.py), so these methods serve a
+directory and a tarball root alike.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import errno as errno_mod
 import os
 import stat
+from collections.abc import Callable
 
 from mcpnode.errors import (
     HostError,
@@ -33,9 +38,10 @@ from mcpnode.errors import (
     TooLarge,
     Untrusted,
 )
+from mcpnode.host.backend import OS
 from mcpnode.host.root import HostRoot
 from mcpnode.host.translate import _translate
-from mcpnode.host.trust import _mode_problem, _untrusted_dirs
+from mcpnode.host.trust import _mode_problem
 from mcpnode.host.types import Entry, FileStat
 
 _READ_CHUNK = 65536
@@ -79,7 +85,7 @@ def _require_regular(st: os.stat_result, logical: str) -> None:
     raise NotRegularFile(logical, None, f"is {kind}, not a regular file")
 
 
-def _read_capped(fd: int, cap: int, logical: str) -> bytes:
+def _read_capped(read: Callable[[int, int], bytes], fd: int, cap: int, logical: str) -> bytes:
     """Read `fd` to EOF, refusing more than `cap` bytes while reading (never read to EOF first).
 
     A short read is EOF for sysfs attributes (one page, returned whole), for procfs seq_files
@@ -87,12 +93,12 @@ def _read_capped(fd: int, cap: int, logical: str) -> bytes:
     read() instead of read() + an empty read()."""
     want = min(_READ_CHUNK, cap + 1)
     try:
-        data = os.read(fd, want)
+        data = read(fd, want)
         if len(data) == want:
             chunks = [data]
             total = len(data)
             while total <= cap:
-                chunk = os.read(fd, min(_READ_CHUNK, cap + 1 - total))
+                chunk = read(fd, min(_READ_CHUNK, cap + 1 - total))
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -115,10 +121,11 @@ class HostReads(HostRoot):
         a FIFO, socket, device or directory, and the other HostError subclasses on failure."""
         cap = read_limit(logical) if limit is None else limit
         fd, fs = self._open_regular(logical)
+        io = self._io
         try:
-            data = _read_capped(fd, cap, logical)
+            data = _read_capped(io.read, fd, cap, logical)
         finally:
-            os.close(fd)
+            io.close(fd)
         if self._recording is not None:
             self._recording.files[fs[len(self._prefix) :]] = data
         return data
@@ -129,22 +136,23 @@ class HostReads(HostRoot):
         # O_NONBLOCK: a FIFO on the live root must not hang a read (it is refused after fstat);
         # regular, sysfs and procfs files ignore the flag. O_NOCTTY: a tty never becomes ours.
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        io = self._io
         try:
             fs = self._real_fs(logical)
             expect: os.stat_result | None = None
             if not self._native:
                 flags |= os.O_NOFOLLOW
-                expect = os.lstat(fs)
+                expect = io.lstat(fs)
                 if stat.S_ISLNK(expect.st_mode):
                     if not follow_last:
                         raise SymlinkLoop(logical, errno_mod.ELOOP, "is a symbolic link")
                     # The last component is a symlink: resolve it inside the root, then open.
                     fs = self._prefix + self._resolve(logical, follow_last=True)
-                    expect = os.lstat(fs)
+                    expect = io.lstat(fs)
                 _require_regular(expect, logical)
             elif not follow_last:
                 flags |= os.O_NOFOLLOW
-            fd = os.open(fs, flags)
+            fd = io.open(fs, flags)
         except HostError:
             raise
         except OSError as err:
@@ -152,12 +160,12 @@ class HostReads(HostRoot):
                 raise SymlinkLoop(logical, err.errno, "is a symbolic link") from err
             raise _translate(err, logical) from err
         try:
-            st = os.fstat(fd)
+            st = io.fstat(fd)
             _require_regular(st, logical)
             if expect is not None and (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
                 raise ReadError(logical, None, "replaced while it was being opened")
         except BaseException:
-            os.close(fd)
+            io.close(fd)
             raise
         return fd, fs
 
@@ -170,15 +178,16 @@ class HostReads(HostRoot):
         Raises Untrusted (naming the file or directory and why), TooLarge, NotRegularFile,
         PathNotFound, AccessDenied, SymlinkLoop and the other HostError subclasses."""
         fd, fs = self._open_regular(logical, follow_last=False)
+        io = self._io
         try:
-            problem = _mode_problem(os.fstat(fd), "file", fs) or _untrusted_dirs(
+            problem = _mode_problem(io.fstat(fd), "file", fs) or io.untrusted_dirs(
                 os.path.dirname(fs) or "/"
             )
             if problem is not None:
                 raise Untrusted(logical, None, f"refusing to trust it: {problem}")
-            data = _read_capped(fd, limit, logical)
+            data = _read_capped(io.read, fd, limit, logical)
         finally:
-            os.close(fd)
+            io.close(fd)
         if self._recording is not None:
             self._recording.files[fs[len(self._prefix) :]] = data
         return data
@@ -192,7 +201,7 @@ class HostReads(HostRoot):
             real = self.realpath(logical)
         except PathNotFound:
             return
-        problem = _untrusted_dirs(self.fs_path(real))
+        problem = self._io.untrusted_dirs(self.fs_path(real))
         if problem is not None:
             raise Untrusted(logical, None, f"refusing to trust it: {problem}")
 
@@ -217,7 +226,7 @@ class HostReads(HostRoot):
         """The target of a symlink as stored, or None when `logical` is not a symlink or absent."""
         try:
             fs = self._real_fs(logical)
-            target = os.readlink(fs)
+            target = self._io.readlink(fs)
             if self._recording is not None:
                 self._recording.links[fs[len(self._prefix) :]] = target
             return target
@@ -239,7 +248,7 @@ class HostReads(HostRoot):
 
     def exists(self, logical: str) -> bool:
         try:
-            os.lstat(self._real_fs(logical))
+            self._io.lstat(self._real_fs(logical))
         except (OSError, HostError):
             return False
         return True
@@ -250,7 +259,7 @@ class HostReads(HostRoot):
             real = self.realpath(logical)
         except HostError:
             return False
-        return os.path.isdir(self.fs_path(real))
+        return self._io.isdir(self.fs_path(real))
 
     def scandir(self, logical: str) -> list[Entry]:
         """Entries of a directory, sorted by name, symlinks reported and never followed.
@@ -262,18 +271,7 @@ class HostReads(HostRoot):
         real = self.realpath(logical)
         fs = self.fs_path(real)
         try:
-            try:
-                # d_type from readdir answers both tests without a stat on sysfs, procfs, ext4
-                # and tmpfs, so this is one getdents loop.
-                with os.scandir(fs) as it:
-                    out = [
-                        Entry(de.name, de.is_dir(follow_symlinks=False), de.is_symlink())
-                        for de in it
-                    ]
-            except FileNotFoundError:
-                # Where d_type is unknown a stat is needed, and an entry may vanish between
-                # readdir and that stat (a device going away): skip just that entry.
-                out = self._scandir_tolerant(fs)
+            out = self._io.scandir(fs)
         except OSError as err:
             raise _translate(err, logical) from err
         out.sort()  # names are unique, so tuples order by name
@@ -288,17 +286,6 @@ class HostReads(HostRoot):
                     cache[p] = p
         return out
 
-    @staticmethod
-    def _scandir_tolerant(fs: str) -> list[Entry]:
-        out = []
-        with os.scandir(fs) as it:
-            for de in it:
-                try:
-                    out.append(Entry(de.name, de.is_dir(follow_symlinks=False), de.is_symlink()))
-                except FileNotFoundError:
-                    continue
-        return out
-
     def _record_listing(self, real: str, entries: list[Entry]) -> None:
         """A listing is replayed from the snapshot's directories: keep every subdirectory and
         symlink it showed (files matter only once read, and are recorded then)."""
@@ -310,8 +297,9 @@ class HostReads(HostRoot):
             if e.is_dir:
                 rec.dirs.add(f"{base}/{e.name}")
             elif e.is_symlink:
+                fs = f"{self._prefix}{base}/{e.name}"
                 with contextlib.suppress(OSError):
-                    rec.links[f"{base}/{e.name}"] = os.readlink(f"{self._prefix}{base}/{e.name}")
+                    rec.links[f"{base}/{e.name}"] = self._io.readlink(fs)
 
     def listdir(self, logical: str) -> list[str]:
         """Names in a directory, sorted. Raises a HostError subclass.
@@ -324,7 +312,7 @@ class HostReads(HostRoot):
             return [e.name for e in self.scandir(logical)]
         real = self.realpath(logical)
         try:
-            names = os.listdir(self.fs_path(real))
+            names = self._io.listdir(self.fs_path(real))
         except OSError as err:
             raise _translate(err, logical) from err
         names.sort()
@@ -337,7 +325,7 @@ class HostReads(HostRoot):
         """
         try:
             fs = self._real_fs(logical)
-            st = os.lstat(fs)
+            st = self._io.lstat(fs)
         except (OSError, HostError):
             return False
         if not stat.S_ISDIR(st.st_mode):
@@ -360,7 +348,7 @@ class HostReads(HostRoot):
         """Type, mode, owner, size and identity of `logical` itself (a symlink is not
         followed), None when it does not exist. Raises a HostError subclass otherwise."""
         try:
-            st = os.lstat(self._real_fs(logical))
+            st = self._io.lstat(self._real_fs(logical))
         except PathNotFound:
             return None
         except OSError as err:
@@ -412,7 +400,9 @@ class HostReads(HostRoot):
         a walk reading them next resolves each with one lookup. Raises a HostError subclass only
         when `directory` itself cannot be listed.
         """
-        if self._recording is not None:
+        if self._recording is not None or self._io is not OS:
+            # Recording keeps each read's bytes; a tarball root's index answers per file as
+            # fast as a batch would (no system calls to save).
             return self._read_directory_each(directory, names, targets, limit)
         cache = self._cache
         if self.is_live:
@@ -451,8 +441,8 @@ class HostReads(HostRoot):
                         continue  # d_type unknown and the entry went away before its lstat
         except OSError as err:
             if err.errno in (errno_mod.ENOENT, errno_mod.ENOTDIR):
-                # Not a directory on disk (a root served from an archive), or gone: the
-                # per-file primitives answer, or raise, as they would alone.
+                # Gone, or not a directory: the per-file primitives answer, or raise, as
+                # they would alone.
                 return self._read_directory_each(directory, names, targets, limit)
             raise _translate(err, directory) from err
         base = directory.rstrip("/") + "/"

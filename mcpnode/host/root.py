@@ -4,6 +4,10 @@ Everything above Host names *logical* absolute paths (`/sys/devices/system/node`
 maps them under its root: `/` for the live machine, a directory holding a snapshot or a sysfs
 dump, or a `.tar.gz`/`.tar.bz2` of one (tarball.py).
 
+The files behind the root are reached through `self._io` (host/backend.py): the operating
+system for `/` and for a directory, the archive's in-memory index for a tarball, which is read
+in place and never unpacked. A tarball root is read-only: every write refuses it (EROFS).
+
 Symlinks under a non-`/` root are resolved here, one component at a time, with the root acting
 as `/` (an absolute link target or a `..` past the top stays inside the root, as under chroot).
 The resolver counts hops instead of recursing, so the symlink cycles found in real dumps
@@ -17,12 +21,16 @@ import contextlib
 import errno as errno_mod
 import os
 import stat
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TypeVar
 
-from mcpnode.errors import RootError, SymlinkLoop
+from mcpnode.errors import AccessDenied, RootError, SymlinkLoop
+from mcpnode.host.backend import OS, Backend
 from mcpnode.host.translate import _translate
 from mcpnode.host.types import Recording
+
+if TYPE_CHECKING:
+    from mcpnode.host.tarball import ArchiveBackend
 
 # Linux's own limit on symlinks followed in one lookup (fs/namei.c MAXSYMLINKS = 40).
 _MAX_SYMLINK_HOPS = 40
@@ -43,8 +51,8 @@ class HostRoot:
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         given = os.fspath(root)
         self.unpack_notes: list[tuple[str, str]] = []  # (tar member, why it was skipped)
-        self._tmpdir: str | None = None
-        self._finalizer: Callable[[], object] | None = None
+        self._io: Backend = OS
+        self._archive: ArchiveBackend | None = None
         self._cache: dict[str, str] | None = None
         self._oneshot_depth = 0
         self._recording: Recording | None = None
@@ -54,7 +62,7 @@ class HostRoot:
         except OSError:
             st = None
         if st is not None and stat.S_ISREG(st.st_mode):
-            self.root = self._unpack(given)
+            self.root = self._open_archive(given)
         elif st is not None and stat.S_ISDIR(st.st_mode):
             self.root = os.path.realpath(given)
         elif st is not None or os.path.lexists(given):
@@ -66,27 +74,23 @@ class HostRoot:
         # Prefix joined to a logical path to get the filesystem path.
         self._prefix = "" if self.is_live else self.root
 
-    def _unpack(self, given: str) -> str:
-        """Unpack a tarball root into a private directory; its top folder (tarball.py)."""
-        import shutil
-        import weakref
-        from pathlib import Path
+    def _open_archive(self, given: str) -> str:
+        """Index a tarball root in memory (tarball.py); the filesystem path of its top."""
+        from mcpnode.host import tarball  # the compressors, only for tarball roots
 
-        from mcpnode.host import tarball  # tarfile and the compressors, only for tarball roots
-
-        if not tarball.is_tarball(Path(given)):
+        if not tarball.is_tarball(given):
             raise RootError(f"{given}: not a directory, .tar.gz or .tar.bz2")
-        tmpdir = self._tmpdir = tarball.make_unpack_dir()
-        # Remove the unpacked copy when this Host is collected or the process exits.
-        self._finalizer = weakref.finalize(self, shutil.rmtree, tmpdir, True)
-        try:
-            self.unpack_notes = tarball.safe_extract(Path(given), Path(tmpdir))
-            top = tarball.find_top(Path(tmpdir))
-        except BaseException:
-            # No Host will own the copy: remove it now, not whenever the traceback is freed.
-            self._finalizer()
-            raise
-        return str(top)
+        archive, self.unpack_notes = tarball.open_root(given)
+        self._io = self._archive = archive
+        return archive.top
+
+    def _require_writable(self, logical: str) -> None:
+        """Refuse a write under a tarball root: the archive is read, never changed, and nothing
+        is unpacked that a write could land in. AccessDenied (EROFS), as a read-only mount."""
+        if self._archive is not None:
+            raise AccessDenied(
+                logical, errno_mod.EROFS, f"read-only: the root is a tarball ({self.source})"
+            )
 
     @property
     def _native(self) -> bool:
@@ -95,10 +99,10 @@ class HostRoot:
         return self.is_live and self._recording is None
 
     def close(self) -> None:
-        """Remove a tarball's unpacked copy now rather than at exit."""
-        if self._tmpdir is not None and self._finalizer is not None:
-            self._finalizer()
-            self._tmpdir = None
+        """Let go of a tarball's in-memory index now rather than when the Host is collected;
+        reads after that find nothing. A no-op for other roots."""
+        if self._archive is not None:
+            self._archive.close_all()
 
     def __enter__(self: _H) -> _H:
         return self
@@ -183,8 +187,8 @@ class HostRoot:
                     continue
             fs = self._prefix + candidate
             try:
-                st = os.lstat(fs)
-                link = os.readlink(fs) if stat.S_ISLNK(st.st_mode) else None
+                st = self._io.lstat(fs)
+                link = self._io.readlink(fs) if stat.S_ISLNK(st.st_mode) else None
             except OSError as err:
                 raise _translate(err, logical) from err
             if link is None:

@@ -7,6 +7,7 @@
 - `remove` unlinks a file;
 - `lock` takes an exclusive flock(2) on a file, waiting a bounded time, and records the holder
   (pid, command, since) in it for the next one to name; the tuning state lock is built on it.
+Under a tarball root each of them raises AccessDenied (EROFS): the archive is never changed.
 Modes are set explicitly (fchmod/chmod), so what mcpnode creates has the same modes whatever
 the caller's umask (files 0644 or as asked, directories 0755: the unit's UMask=0022). A
 temporary file left by a SIGKILLed writer (`.NAME.PID.RAND.tmp`, PID no longer running) is
@@ -107,6 +108,7 @@ class HostWrites(HostReads):
         WriteError when the kernel refuses the value (EINVAL, ERANGE, ENOENT from write(2)...)
         or the write is short.
         """
+        self._require_writable(logical)
         data = text.encode("utf-8")
         # O_NONBLOCK: a FIFO planted in a fake root fails (ENXIO) instead of hanging the apply.
         flags = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -132,6 +134,7 @@ class HostWrites(HostReads):
         """Create a directory and its missing parents inside the root (symlinks on the way are
         resolved in-root, so a link cannot lead the creation outside). Not counted as a write:
         creating an existing tree again is a no-op. Raises a HostError subclass."""
+        self._require_writable(logical)
         real = "/"
         for comp in _split(logical):
             if comp == "..":
@@ -169,6 +172,7 @@ class HostWrites(HostReads):
         removed first.
 
         Raises AccessDenied or WriteError (a HostError subclass)."""
+        self._require_writable(logical)
         parts = _split(logical)
         if not parts or parts[-1] in ("..", "."):
             raise WriteError(logical, errno_mod.EINVAL, "not a file name")
@@ -217,6 +221,7 @@ class HostWrites(HostReads):
         import json
         import time
 
+        self._require_writable(logical)
         parts = _split(logical)
         if not parts:
             raise WriteError(logical, errno_mod.EINVAL, "not a file name")
@@ -261,6 +266,7 @@ class HostWrites(HostReads):
     def remove(self, logical: str) -> bool:
         """Unlink a file (a symlink itself, never its target). True when something was removed,
         False when it was already absent. Raises AccessDenied or WriteError otherwise."""
+        self._require_writable(logical)
         try:
             fs = self._real_fs(logical)
             os.unlink(fs)

@@ -3,9 +3,10 @@
     python3 -m tests.device.probe_compare root LIVE_JSON SNAPSHOT DEST
     python3 -m tests.device.probe_compare compare LIVE_JSON REPLAY_JSON
 
-`root`: unpack SNAPSHOT (a `mcpnode snapshot` of the same host) into DEST and drop the raw run
-of LIVE_JSON (`mcpnode probe --format json` carries it under `run`) in as `mcpnode-probe.json`:
-the root `mcpnode probe --root DEST` replays. `compare`: the two reports must be equal except
+`root`: write DEST/replay.tar.gz, the members of SNAPSHOT (a `mcpnode snapshot` of the same
+host) with the raw run of LIVE_JSON (`mcpnode probe --format json` carries it under `run`)
+added at its top as `mcpnode-probe.json`, and print its path: the root `mcpnode probe --root`
+replays (a tarball root is read in place). `compare`: the two reports must be equal except
 `source` (the live one says "measured now", the replay the file); every differing field is
 printed, then the measured figures per GPU and node, so the device log holds them.
 
@@ -15,13 +16,14 @@ Exit status: 0 equal, 1 something differs, 2 an input could not be read.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mcpnode.host.tarball import find_top, safe_extract
 from mcpnode.probe.model import dumps, parse_run
 from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
 
@@ -78,13 +80,25 @@ def figures(report: dict[str, Any]) -> list[str]:
 
 
 def make_root(live: dict[str, Any], snapshot: Path, dest: Path) -> Path:
+    """DEST/replay.tar.gz: SNAPSHOT's members, any probe run it held replaced by LIVE's, which
+    lands beside the snapshot's `mcpnode-snapshot.json`."""
     dest.mkdir(parents=True, exist_ok=True)
-    for member, why in safe_extract(snapshot, dest):
-        print(f"note: {snapshot}: {member} not unpacked: {why}", file=sys.stderr)
-    top = find_top(dest)
-    run = parse_run(json.dumps(live["run"]), "live report's run")
-    (top / SNAPSHOT_PROBE_NAME).write_text(dumps(run))
-    return top
+    body = dumps(parse_run(json.dumps(live["run"]), "live report's run")).encode()
+    out = dest / "replay.tar.gz"
+    top = None
+    with tarfile.open(snapshot) as src, tarfile.open(out, "w:gz") as dst:
+        for member in src:
+            if member.name.rsplit("/", 1)[-1] == "mcpnode-snapshot.json":
+                top = member.name.rpartition("/")[0]
+            if member.name.rsplit("/", 1)[-1] == SNAPSHOT_PROBE_NAME:
+                continue
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+        if top is None:
+            raise ValueError(f"{snapshot}: no mcpnode-snapshot.json: not a mcpnode snapshot")
+        info = tarfile.TarInfo(f"{top}/{SNAPSHOT_PROBE_NAME}" if top else SNAPSHOT_PROBE_NAME)
+        info.size = len(body)
+        dst.addfile(info, io.BytesIO(body))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

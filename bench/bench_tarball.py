@@ -1,0 +1,199 @@
+"""Tarball roots, measured: whole-process `mcpnode topo --format json --root X.tar.*` against the
+same command on the unpacked directory, alternated round by round, on hwloc's sysfs dumps
+(../shared/hosts): `32em64t-2n8c+dax+nvme+mic+dimms` and the largest other dump (most members).
+Each dump is timed as shipped (`.tar.bz2`) and repacked as `.tar.gz`, what `mcpnode snapshot`
+writes by default. Target: the tarball within 1.5x the directory. Peak RSS of each run is
+reported beside the times (a tarball root holds its contents in memory).
+
+`MCPNODE_BENCH_TARBALL_BASELINE=DIR` (a checkout of an older mcpnode, e.g. made with
+`git archive REV mcpnode | tar -x -C DIR`) adds that checkout's `topo` on the same tarball as a
+third peer in the same rounds: the before figure, measured on the same machine by the same
+script. It also times the two checkouts against each other on the unpacked directory and on the
+live root (`python -m mcpnode topo --format json`, each with its own PYTHONPATH), where the
+tarball work must cost nothing: the ratio should be 1.00 within noise.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_HOSTS = Path(os.environ.get("MCPNODE_SHARED_HOSTS", ROOT.parent / "shared" / "hosts"))
+ROUNDS = int(os.environ.get("MCPNODE_BENCH_ROUNDS", "15"))
+MAIN_DUMP = "32em64t-2n8c+dax+nvme+mic+dimms"
+MCPNODE = [sys.executable, "-m", "mcpnode"]
+if (Path(sys.executable).parent / "mcpnode").exists():
+    MCPNODE = [str(Path(sys.executable).parent / "mcpnode")]  # the console script, as installed
+
+
+def _run(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[float, float]:
+    """(seconds, peak RSS MiB) of one child; raises when it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - t0
+    err = proc.stderr.read() if proc.stderr is not None else b""
+    if proc.stderr is not None:
+        proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {err.decode(errors='replace')[-500:]}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def _alternate(
+    cases: dict[str, Callable[[], tuple[float, float]]], rounds: int
+) -> dict[str, tuple[float, float]]:
+    """Median (seconds, peak RSS MiB) per case, the cases interleaved each round."""
+    for fn in cases.values():
+        fn()  # warm the page cache and the interpreter's .pyc files
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples[name].append(fn())
+    return {
+        k: (statistics.median(s for s, _ in v), statistics.median(r for _, r in v))
+        for k, v in samples.items()
+    }
+
+
+def _members(tarball: Path) -> int:
+    with tarfile.open(tarball) as tf:
+        return sum(1 for _ in tf)
+
+
+def pick_dumps() -> list[Path]:
+    """The 32em64t dump and the largest other one (most members), those present."""
+    tarballs = sorted(SHARED_HOSTS.glob("*.tar.bz2")) if SHARED_HOSTS.is_dir() else []
+    main = [t for t in tarballs if t.name.startswith(MAIN_DUMP)]
+    others = [t for t in tarballs if not t.name.startswith(MAIN_DUMP)]
+    largest = max(others, key=_members, default=None)
+    return main + ([largest] if largest is not None else [])
+
+
+def _unpack(tarball: Path, dest: Path) -> Path:
+    """Unpack with tar(1), as bench/run.py does; the dump's top folder."""
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-xf", str(tarball), "-C", str(dest)], check=True)
+    (top,) = [p for p in dest.iterdir() if p.is_dir()]
+    return top
+
+
+def _regzip(tarball: Path, out: Path) -> Path:
+    """The same tar stream, byte for byte, as .tar.gz (level 6, gzip's default)."""
+    with bz2.open(tarball, "rb") as src, gzip.open(out, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def bench_tarball() -> dict[str, object]:
+    print("\n== Tarball roots: mcpnode topo --format json, X.tar.* vs the unpacked directory")
+    dumps = pick_dumps()
+    if not dumps:
+        print(f"   {SHARED_HOSTS} not found: skipped")
+        return {"dumps": []}
+    baseline = os.environ.get("MCPNODE_BENCH_TARBALL_BASELINE")
+    base_env = None
+    base_dir = Path(baseline).resolve() if baseline else ROOT
+    if baseline:
+        # `python -m` puts the working directory first on sys.path: each checkout runs from
+        # its own, so the editable install of this one cannot shadow the baseline.
+        base_env = dict(os.environ, PYTHONPATH=str(base_dir))
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(base_dir)], check=True)
+    rows: list[dict[str, object]] = []
+    same: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mcpnode-bench-tarball-") as tmp_name:
+        tmp = Path(tmp_name)
+        for tarball in dumps:
+            name = tarball.name.removesuffix(".tar.bz2")
+            directory = _unpack(tarball, tmp / name)
+            archives = {"tar.bz2": tarball, "tar.gz": _regzip(tarball, tmp / f"{name}.tar.gz")}
+            for kind, archive in archives.items():
+                argv = ["topo", "--format", "json", "--root"]
+                cases: dict[str, Callable[[], tuple[float, float]]] = {
+                    "directory": lambda a=[*MCPNODE, *argv, str(directory)]: _run(a),  # type: ignore[misc]
+                    "tarball": lambda a=[*MCPNODE, *argv, str(archive)]: _run(a),  # type: ignore[misc]
+                }
+                if base_env is not None:
+                    base_argv = [sys.executable, "-m", "mcpnode", *argv, str(archive)]
+                    cases["baseline"] = lambda a=base_argv, e=base_env: _run(a, e, base_dir)  # type: ignore[misc]
+                t = _alternate(cases, ROUNDS)
+                ratio = t["tarball"][0] / t["directory"][0]
+                verdict = "met" if ratio <= 1.5 else "MISSED"
+                print(
+                    f"   {name:34s} {kind:8s} directory {t['directory'][0] * 1000:7.1f} ms "
+                    f"({t['directory'][1]:5.1f} MiB)  tarball {t['tarball'][0] * 1000:7.1f} ms "
+                    f"({t['tarball'][1]:5.1f} MiB)  {ratio:5.2f}x (target <= 1.5x: {verdict})"
+                )
+                row: dict[str, object] = {
+                    "dump": name,
+                    "archive": kind,
+                    "archive_bytes": archive.stat().st_size,
+                    "directory_s": t["directory"][0],
+                    "tarball_s": t["tarball"][0],
+                    "ratio": ratio,
+                    "directory_peak_rss_mib": t["directory"][1],
+                    "tarball_peak_rss_mib": t["tarball"][1],
+                }
+                if "baseline" in t:
+                    base_ratio = t["baseline"][0] / t["directory"][0]
+                    print(
+                        f"   {'':34s} {'':8s} baseline ({baseline}) tarball "
+                        f"{t['baseline'][0] * 1000:7.1f} ms ({t['baseline'][1]:5.1f} MiB)  "
+                        f"{base_ratio:5.2f}x the directory"
+                    )
+                    row["baseline_s"] = t["baseline"][0]
+                    row["baseline_ratio"] = base_ratio
+                    row["baseline_peak_rss_mib"] = t["baseline"][1]
+                rows.append(row)
+            if base_env is not None and tarball == dumps[0]:
+                roots = {"directory": str(directory), "live /": None}
+                same = _same_paths(base_env, base_dir, roots)
+    out: dict[str, object] = {"rounds": ROUNDS, "dumps": rows}
+    if base_env is not None:
+        out["baseline_vs_this"] = same
+    return out
+
+
+def _same_paths(
+    base_env: dict[str, str], base_dir: Path, roots: dict[str, str | None]
+) -> dict[str, dict[str, float]]:
+    """The baseline checkout against this one where neither reads a tarball."""
+    this_env = dict(os.environ, PYTHONPATH=str(ROOT))
+    rows = {}
+    for label, root in roots.items():
+        argv = [sys.executable, "-m", "mcpnode", "topo", "--format", "json"]
+        if root is not None:
+            argv += ["--root", root]
+        t = _alternate(
+            {
+                "baseline": lambda a=argv, e=base_env: _run(a, e, base_dir),  # type: ignore[misc]
+                "this": lambda a=argv, e=this_env: _run(a, e, ROOT),  # type: ignore[misc]
+            },
+            ROUNDS,
+        )
+        ratio = t["this"][0] / t["baseline"][0]
+        print(
+            f"   {label:43s} baseline {t['baseline'][0] * 1000:7.1f} ms  this checkout "
+            f"{t['this'][0] * 1000:7.1f} ms  {ratio:5.2f}x (no tarball read: 1.00 expected)"
+        )
+        rows[label] = {"baseline_s": t["baseline"][0], "this_s": t["this"][0], "ratio": ratio}
+    return rows
+
+
+if __name__ == "__main__":
+    bench_tarball()
