@@ -5,8 +5,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
    `lstopo-no-graphics --whole-io --of xml` on the same unpacked dump (../shared/hosts).
    Also the floor every Python CLI pays here: `python -c pass` and `python -c "import click"`.
 2. In process: `discover(Host(X))` per dump.
-3. Scaling: a synthetic 2-socket host (8 GPUs, 8 NICs) with 512..4096 SR-IOV VFs from the
-   fixture generator: time per device should stay flat (linear growth).
+3. Scale: a synthetic 2-socket host (8 GPUs, 8 NICs) with 0..8,192 SR-IOV VFs from the
+   fixture generator, against lstopo on the same roots: marginal cost per PCI function, 4,096
+   VFs in process, peak RSS at 8,192 (bench/bench_scale.py).
 4. `mcpnode --help` start-up.
 5. NVML replay cost: `discover(Host(root), RecordedNvml(calls))` vs `discover(Host(root))` on
    the fixture hosts that carry recorded NVML answers (`mcpnode-snapshot.json`).
@@ -27,6 +28,8 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 11. Launch: whole-process `mcpnode exec --gpu 0 -- true` from a published manifest against
    `python -c pass` and `numactl --cpunodebind=0 --membind=0 true`, on a 1-GPU and an 8-GPU
    root, with `--fresh` (discovery) beside it (bench/bench_exec.py).
+12. Tarball roots: `topo --root X.tar.bz2` and `.tar.gz` against the unpacked directory
+   (bench/bench_tarball.py; target <= 1.5x).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -52,6 +55,8 @@ from bench_agent import bench_agent  # noqa: E402
 from bench_bounds import bench_bounds  # noqa: E402
 from bench_exec import bench_exec  # noqa: E402
 from bench_manifest import bench_manifest  # noqa: E402
+from bench_scale import bench_scale  # noqa: E402
+from bench_tarball import bench_tarball  # noqa: E402
 from bench_tuning import bench_tuning  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
 from mcpnode.host import Host  # noqa: E402
@@ -185,36 +190,6 @@ def bench_in_process(roots: dict[str, Path]) -> list[dict[str, object]]:
     return rows
 
 
-def bench_scaling(tmp: Path) -> list[dict[str, object]]:
-    print("\n== Scaling: synthetic 8-GPU/8-NIC host with N SR-IOV virtual functions")
-    gen = ROOT / "tests" / "fixturegen.py"
-    rows: list[dict[str, object]] = []
-    for n_vfs in (0, 512, 1024, 2048, 4096):
-        out = tmp / f"vf{n_vfs}"
-        subprocess.run(
-            [sys.executable, str(gen), "--synthetic-vfs", str(n_vfs), "--out", str(out)],
-            check=True,
-            cwd=ROOT,
-        )
-        (root,) = [p for p in out.iterdir() if p.is_dir()] if not (out / "sys").exists() else [out]
-        t = time_discover(root, rounds=max(3, ROUNDS // 3))
-        with Host(root) as host:
-            n = len(discover(host).pci_devices)
-        per = t / n * 1e6
-        print(f"   {n_vfs:5d} VFs: {n:5d} PCI functions {ms(t)}  {per:6.1f} us/function")
-        rows.append({"vfs": n_vfs, "pci_functions": n, "seconds": t, "us_per_function": per})
-    if len(rows) >= 3:
-        base = rows[1]["us_per_function"]
-        last = rows[-1]
-        assert isinstance(base, float) and isinstance(last["us_per_function"], float)
-        growth = last["us_per_function"] / base
-        print(f"   cost per function at 4096 VFs vs 512 VFs: {growth:4.2f}x (1.0 = linear)")
-        secs = last["seconds"]
-        assert isinstance(secs, float)
-        print(f"   4096-VF host target < 1 s: {'met' if secs < 1.0 else 'MISSED'} ({secs:.3f} s)")
-    return rows
-
-
 def recorded_nvml_calls(root: Path) -> list[dict[str, object]] | None:
     """The NVML answers a fixture host carries, or None when it has none (yet)."""
     meta = root / "mcpnode-snapshot.json"
@@ -326,7 +301,8 @@ def main() -> None:
             "whole_process": bench_whole_process(roots),
             "floor": bench_floor(),
             "in_process": bench_in_process(roots),
-            "scaling": bench_scaling(tmp / "synthetic"),
+            "scale": bench_scale(),
+            "tarball": bench_tarball(),
             "nvml_replay": bench_nvml_replay(),
             "tuning": bench_tuning(),
             "audit": bench_audit(),
