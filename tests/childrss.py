@@ -16,21 +16,32 @@ REPO = Path(__file__).resolve().parent.parent
 _LAUNCHER = """
 import os, sys
 fa = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)]
-pid = os.posix_spawn(sys.executable, [sys.executable, *sys.argv[1:]], os.environ, file_actions=fa)
+pid = os.posix_spawnp(sys.argv[1], sys.argv[1:], os.environ, file_actions=fa)
 _pid, status, usage = os.wait4(pid, 0)
 print(usage.ru_maxrss, flush=True)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def child_peak_rss_mib(argv: list[str]) -> tuple[int, float, str]:
-    """Run `mcpnode ARGV` as a grandchild through `_LAUNCHER`; (exit code, its peak RSS in
-    MiB, stderr)."""
+def peak_rss_mib(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, float, str]:
+    """Run ARGV as a grandchild through `_LAUNCHER` (its stdout discarded); (exit code, its
+    peak RSS in MiB, stderr)."""
     proc = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, "-m", "mcpnode", *argv],
-        cwd=REPO,
+        [sys.executable, "-c", _LAUNCHER, *argv],
+        cwd=REPO if cwd is None else cwd,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    return proc.returncode, int(proc.stdout.strip().splitlines()[-1]) / 1024, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    if not lines:  # the launcher itself failed (ARGV[0] not found): no figure
+        raise RuntimeError(f"{argv[0]}: not run: {proc.stderr.strip()[-500:]}")
+    return proc.returncode, int(lines[-1]) / 1024, proc.stderr
+
+
+def child_peak_rss_mib(argv: list[str]) -> tuple[int, float, str]:
+    """`mcpnode ARGV` by peak_rss_mib(), with this interpreter."""
+    return peak_rss_mib([sys.executable, "-m", "mcpnode", *argv])
