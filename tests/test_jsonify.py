@@ -6,16 +6,20 @@ hex keys, tuples of tuples, NamedTuples)."""
 from __future__ import annotations
 
 import enum
+import json
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
+from mcpnode.cli import render_topo
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover, discover_host
 from mcpnode.topology.jsonify import jsonable, topology_json
 from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, PciAddress, Topology, replace
 from tests import fixturegen
+from tests.childrss import child_peak_rss_mib, peak_rss_mib
 
 HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if (p / "sys").is_dir())
@@ -71,3 +75,34 @@ def test_values_treated_by_type_or_key(tmp_path: Path) -> None:
     first = got["pci_devices"][0]
     assert (first["vendor_id"], first["device_id"], first["prog_if"]) == ("0x15b3", True, "0x15b3")
     assert first["ancestors"] == ["0000:01:02.3", [1, "x"]] and first["local_cpus"] == ""
+
+
+def test_topo_json_in_pieces_is_json_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pieces `topo --format json` writes join to json.dumps(indent=2)'s text, whatever the
+    piece size (one fragment per piece included)."""
+    fixturegen.write_host(fixturegen.synthetic_host(40), tmp_path)
+    with Host(tmp_path) as host:
+        topo = discover(host)
+    want = json.dumps(topology_json(topo), indent=2)
+    assert render_topo.as_json(topo) == want
+    monkeypatch.setattr(render_topo, "_PIECE", 1)
+    pieces = list(render_topo.json_pieces(topo))
+    assert len(pieces) > 1000 and "".join(pieces) == want
+
+
+def test_topo_json_peak_memory_is_not_the_fragment_list(tmp_path: Path) -> None:
+    """`mcpnode topo --format json` on a 2,048-VF host peaks near what discovery and the JSON
+    tree hold, not at json.dumps's list of every fragment (that was 110 MiB at 8,192 VFs, where
+    lstopo needs 44: the list alone ~70)."""
+    fixturegen.write_host(fixturegen.synthetic_host(2048), tmp_path)
+    build = (
+        "from mcpnode.host import Host\n"
+        "from mcpnode.topology.discover import discover_host\n"
+        "from mcpnode.topology.jsonify import topology_json\n"
+        f"h = Host({str(tmp_path)!r}); body = topology_json(discover_host(h))\n"
+    )
+    code, tree_rss, err = peak_rss_mib([sys.executable, "-c", build])
+    assert code == 0, err
+    code, topo_rss, err = child_peak_rss_mib(["topo", "--format", "json", "--root", str(tmp_path)])
+    assert code == 0, err
+    assert topo_rss < tree_rss + 8, (topo_rss, tree_rss)

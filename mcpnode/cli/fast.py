@@ -23,6 +23,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 # command -> {option: takes a value, or the choices it takes}; flags are False.
 _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
     "topo": {"--root": True, "--tree": False, "--format": ("text", "json")},
@@ -152,7 +156,7 @@ def _exec(opts: dict[str, str | bool], command: list[str]) -> None:
     run_exec(live, plan, os.environ)
 
 
-def _run(command: str, opts: dict[str, str | bool]) -> str:
+def _run(command: str, opts: dict[str, str | bool]) -> str | Iterator[str]:
     """Render `command` (the same calls as its click command in cli/main.py)."""
     from mcpnode.host import Host
 
@@ -173,13 +177,18 @@ def _run(command: str, opts: dict[str, str | bool]) -> str:
         from mcpnode.cli import render_topo
 
         if fmt == "json":
-            return render_topo.as_json(topology) + "\n"
+            return _then_newline(render_topo.json_pieces(topology))
         if opts.get("--tree"):
             return render_topo.as_tree(topology)
         return render_topo.as_matrix(topology)
     from mcpnode.cli import render_gpus
 
     return render_gpus.as_json(topology) + "\n" if fmt == "json" else render_gpus.as_text(topology)
+
+
+def _then_newline(pieces: Iterator[str]) -> Iterator[str]:
+    yield from pieces
+    yield "\n"
 
 
 def _help_width_is_default() -> bool:
@@ -195,7 +204,7 @@ def _help_width_is_default() -> bool:
         return True  # not a terminal: shutil falls back to 80 columns
 
 
-def _fast(argv: list[str]) -> str | None:
+def _fast(argv: list[str]) -> str | Iterator[str] | None:
     """The output of a command this dispatcher serves, or None to hand `argv` to click."""
     if argv in (["--help"], ["-h"], []):
         if not _help_width_is_default():
@@ -223,10 +232,16 @@ def _fast(argv: list[str]) -> str | None:
     return None
 
 
-def _finish(text: str) -> None:
-    """Write, flush, and end the process without teardown."""
+def _finish(text: str | Iterator[str]) -> None:
+    """Write (a text, or its pieces as they come), flush, and end the process without
+    teardown."""
     try:
-        sys.stdout.write(text)
+        if isinstance(text, str):
+            sys.stdout.write(text)
+        else:
+            write = sys.stdout.write
+            for piece in text:
+                write(piece)
         sys.stdout.flush()
     except BrokenPipeError:
         # `mcpnode topo | head`: the reader left; nothing more to say, as `cat` would.
