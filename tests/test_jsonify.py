@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from mcpnode.cli import render_topo
+from mcpnode.cli import jsonout, render_topo
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover, discover_host
 from mcpnode.topology.jsonify import jsonable, topology_json
@@ -79,15 +79,16 @@ def test_values_treated_by_type_or_key(tmp_path: Path) -> None:
 
 def test_topo_json_in_pieces_is_json_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pieces `topo --format json` writes join to json.dumps(indent=2)'s text, whatever the
-    piece size (one fragment per piece included)."""
+    piece size."""
     fixturegen.write_host(fixturegen.synthetic_host(40), tmp_path)
     with Host(tmp_path) as host:
         topo = discover(host)
     want = json.dumps(topology_json(topo), indent=2)
     assert render_topo.as_json(topo) == want
-    monkeypatch.setattr(render_topo, "_PIECE", 1)
-    pieces = list(render_topo.json_pieces(topo))
-    assert len(pieces) > 1000 and "".join(pieces) == want
+    monkeypatch.setattr(jsonout, "_FLUSH", 1)
+    pieces: list[str] = []
+    render_topo.write_json(topo, pieces.append)
+    assert len(pieces) > 100 and "".join(pieces) == want
 
 
 def test_topo_json_peak_memory_is_not_the_fragment_list(tmp_path: Path) -> None:

@@ -25,7 +25,12 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable
+
+    from mcpnode.topology.model import Topology
+
+    # Output as text, or as a writer and its topology (written in pieces, then a newline).
+    Output = str | tuple[Callable[[Topology, Callable[[str], object]], None], Topology]
 
 # command -> {option: takes a value, or the choices it takes}; flags are False.
 _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
@@ -156,7 +161,7 @@ def _exec(opts: dict[str, str | bool], command: list[str]) -> None:
     run_exec(live, plan, os.environ)
 
 
-def _run(command: str, opts: dict[str, str | bool]) -> str | Iterator[str]:
+def _run(command: str, opts: dict[str, str | bool]) -> Output:
     """Render `command` (the same calls as its click command in cli/main.py)."""
     from mcpnode.host import Host
 
@@ -177,18 +182,13 @@ def _run(command: str, opts: dict[str, str | bool]) -> str | Iterator[str]:
         from mcpnode.cli import render_topo
 
         if fmt == "json":
-            return _then_newline(render_topo.json_pieces(topology))
+            return render_topo.write_json, topology
         if opts.get("--tree"):
             return render_topo.as_tree(topology)
         return render_topo.as_matrix(topology)
     from mcpnode.cli import render_gpus
 
     return render_gpus.as_json(topology) + "\n" if fmt == "json" else render_gpus.as_text(topology)
-
-
-def _then_newline(pieces: Iterator[str]) -> Iterator[str]:
-    yield from pieces
-    yield "\n"
 
 
 def _help_width_is_default() -> bool:
@@ -204,7 +204,7 @@ def _help_width_is_default() -> bool:
         return True  # not a terminal: shutil falls back to 80 columns
 
 
-def _fast(argv: list[str]) -> str | Iterator[str] | None:
+def _fast(argv: list[str]) -> Output | None:
     """The output of a command this dispatcher serves, or None to hand `argv` to click."""
     if argv in (["--help"], ["-h"], []):
         if not _help_width_is_default():
@@ -232,16 +232,16 @@ def _fast(argv: list[str]) -> str | Iterator[str] | None:
     return None
 
 
-def _finish(text: str | Iterator[str]) -> None:
-    """Write (a text, or its pieces as they come), flush, and end the process without
-    teardown."""
+def _finish(text: Output) -> None:
+    """Write (a text, or what a writer writes, then a newline), flush, and end the process
+    without teardown."""
     try:
         if isinstance(text, str):
             sys.stdout.write(text)
         else:
-            write = sys.stdout.write
-            for piece in text:
-                write(piece)
+            writer, topology = text
+            writer(topology, sys.stdout.write)
+            sys.stdout.write("\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # `mcpnode topo | head`: the reader left; nothing more to say, as `cat` would.

@@ -78,8 +78,7 @@ def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
             click.echo(render(topology, facts), nl=fmt == "json")
             return
     if fmt == "json":
-        for piece in render_topo.json_pieces(topology):
-            click.echo(piece, nl=False)
+        render_topo.write_json(topology, lambda piece: click.echo(piece, nl=False))
         click.echo("")
     elif tree:
         click.echo(render_topo.as_tree(topology), nl=False)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from collections.abc import Iterator
-from itertools import islice
+from collections.abc import Callable
 
+from mcpnode.cli import jsonout
 from mcpnode.topology.discover import effective_local_cpus
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix
@@ -27,23 +26,13 @@ Legend:
 
 
 def as_json(topo: Topology) -> str:
-    return "".join(json_pieces(topo))
+    return jsonout.dumps(topology_json(topo))
 
 
-def json_pieces(topo: Topology) -> Iterator[str]:
-    """`as_json(topo)` in pieces of a few hundred kB, for writing as they come.
-
-    json.dumps(indent=2) is the pure-Python encoder (CPython's C encoder takes no indent before
-    3.14), and it collects every fragment in one list before joining: ~50 bytes of list and
-    string per fragment, ~70 MiB for an 8,192-VF host's 12 MB of JSON, on top of the text
-    itself. The same encoder's fragments, joined and handed on _PIECE at a time, are the same
-    bytes with a peak near the topology's own size."""
-    fragments = json.JSONEncoder(indent=2).iterencode(topology_json(topo))
-    while piece := "".join(islice(fragments, _PIECE)):  # batched in C: no bytecode per fragment
-        yield piece
-
-
-_PIECE = 16384  # fragments per piece: ~250-500 kB of JSON
+def write_json(topo: Topology, write: Callable[[str], object]) -> None:
+    """`as_json(topo)` through `write`, in pieces as they are made: an 8,192-VF host's JSON
+    is 12 MB, and json.dumps(indent=2) held a list of every fragment besides (cli/jsonout.py)."""
+    jsonout.write_json(topology_json(topo), write)
 
 
 def as_matrix(topo: Topology) -> str:
