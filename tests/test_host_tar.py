@@ -22,7 +22,6 @@ import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +40,8 @@ from mcpnode.errors import (
 )
 from mcpnode.host import FileStat, Host
 from tests.test_host import MAZE_NAMES, build_maze, put, tree
+
+pytestmark = pytest.mark.usefixtures("tmpdir_watch")
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -92,18 +93,6 @@ def pack(directory: Path, out: Path, mode: str = "w:gz") -> Path:
     with tarfile.open(out, mode) as tf:  # type: ignore[call-overload]
         tf.add(directory, arcname=directory.name)
     return out
-
-
-@pytest.fixture(autouse=True)
-def tmpdir_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The temporary directory of this test, for Python and children alike: it must still be
-    empty when the test ends (tests also look inside it while an archive is open)."""
-    d = tmp_path / "tmp"
-    d.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
-    monkeypatch.setenv("TMPDIR", str(d))
-    yield d
-    assert list(d.iterdir()) == [], "a tarball root wrote to the temporary directory"
 
 
 def nothing_written(tmp: Path) -> None:

@@ -13,9 +13,7 @@ import io
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,18 +23,9 @@ from mcpnode.host import Host
 from mcpnode.host import tarball as host_tar
 from tests.childrss import child_peak_rss_mib
 
+pytestmark = pytest.mark.usefixtures("tmpdir_watch")
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def tmpdir_watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This test's temporary directory, for Python and children alike: it must stay empty."""
-    d = tmp_path / "tmp"
-    d.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
-    monkeypatch.setenv("TMPDIR", str(d))
-    yield d
-    assert list(d.iterdir()) == [], "a tarball root wrote to the temporary directory"
 
 
 def snap_dir(tmp: Path) -> Path:
