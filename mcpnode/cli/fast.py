@@ -54,34 +54,39 @@ _EXEC_OPTIONS: dict[str, bool | tuple[str, ...]] = {
 }
 
 
+def _value(
+    args: list[str], i: int, kind: bool | tuple[str, ...], eq: str, inline: str
+) -> tuple[str | bool, int] | None:
+    """The value of the option at `args[i]` (`kind`: False a flag, True any value, a tuple its
+    choices) and the index after it, or None when click must judge it."""
+    if kind is False:
+        return None if eq else (True, i + 1)
+    if eq:
+        value = inline
+    elif i + 1 < len(args):
+        i += 1
+        value = args[i]
+    else:
+        return None
+    if isinstance(kind, tuple) and value not in kind:
+        return None
+    return value, i + 1
+
+
 def _parse(command: str, args: list[str]) -> dict[str, str | bool] | None:
     """The options of `command` from `args`, or None when click must see them."""
     spec = _OPTIONS[command]
     out: dict[str, str | bool] = {}
     i = 0
     while i < len(args):
-        arg = args[i]
-        name, eq, inline = arg.partition("=")
+        name, eq, inline = args[i].partition("=")
         kind = spec.get(name)
         if kind is None or name in out:
             return None  # -h, --help, unknown or repeated: click says what it says
-        if kind is False:
-            if eq:
-                return None
-            out[name] = True
-            i += 1
-            continue
-        if eq:
-            value = inline
-        elif i + 1 < len(args):
-            value = args[i + 1]
-            i += 1
-        else:
+        taken = _value(args, i, kind, eq, inline)
+        if taken is None:
             return None
-        if isinstance(kind, tuple) and value not in kind:
-            return None
-        out[name] = value
-        i += 1
+        out[name], i = taken
     return out
 
 
@@ -106,23 +111,11 @@ def _parse_exec(args: list[str]) -> tuple[dict[str, str | bool], list[str]] | No
         key = "--membind" if name == "--preferred" else name
         if kind is None or key in out:
             return None
-        if kind is False:
-            if eq:
-                return None
-            out[key] = name == "--membind" if key == "--membind" else True
-            i += 1
-            continue
-        if eq:
-            value = inline
-        elif i + 1 < len(args):
-            value = args[i + 1]
-            i += 1
-        else:
+        taken = _value(args, i, kind, eq, inline)
+        if taken is None:
             return None
-        if isinstance(kind, tuple) and value not in kind:
-            return None
-        out[name] = value
-        i += 1
+        value, i = taken
+        out[key] = name == "--membind" if key == "--membind" else value
     command = args[i:]
     if not command or "--gpu" not in out:
         return None  # click's "Missing argument" / "Missing option" says it
