@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 
 from mcpnode.errors import (
     CommandNotFound,
+    McpnodeError,
     NotSupported,
     PathNotFound,
     PlacementUnavailable,
@@ -183,15 +184,11 @@ class HostProcesses(HostCommands):
             ctypes.c_ulong(maxnode),
         )
         if rc != 0:
-            code = ctypes.get_errno()
-            if code == errno_mod.EINVAL:
-                raise PlacementUnavailable(
-                    f"set_mempolicy {mode} {_cpulist(frozenset(node_set))}: the kernel refused "
-                    "the nodes (not online here, or outside this cpuset's memory nodes)"
-                )
-            if code == errno_mod.ENOSYS:
-                raise NotSupported("set_mempolicy", code, "kernel built without NUMA")
-            raise _translate(OSError(code, os.strerror(code)), "set_mempolicy")
+            raise _numa_error(
+                "set_mempolicy",
+                f"set_mempolicy {mode} {_cpulist(frozenset(node_set))}: the kernel refused "
+                "the nodes (not online here, or outside this cpuset's memory nodes)",
+            )
 
     def resolve_command(self, name: str, env: Mapping[str, str]) -> str:
         """The executable `name` runs as, looked up on `env`'s PATH like execvp(3) does (a name
@@ -328,15 +325,11 @@ class HostProcesses(HostCommands):
             ctypes.c_uint(_MPOL_MF_STRICT | _MPOL_MF_MOVE),
         )
         if rc != 0:
-            code = ctypes.get_errno()
-            if code == errno_mod.EINVAL:
-                raise PlacementUnavailable(
-                    f"mbind node {node}: the kernel refused the node (not online, no memory, or"
-                    " outside this cpuset's memory nodes)"
-                )
-            if code == errno_mod.ENOSYS:
-                raise NotSupported("mbind", code, "kernel built without NUMA")
-            raise _translate(OSError(code, os.strerror(code)), "mbind")
+            raise _numa_error(
+                "mbind",
+                f"mbind node {node}: the kernel refused the node (not online, no memory, or"
+                " outside this cpuset's memory nodes)",
+            )
 
     # -- moving another process's memory -------------------------------------------------------
 
@@ -454,3 +447,16 @@ class HostProcesses(HostCommands):
             os.close(fd)
             raise WriteError(_CPU_DMA_LATENCY, None, f"short write: {written} of 4 bytes")
         return fd
+
+
+def _numa_error(call: str, refused: str) -> McpnodeError:
+    """The error for a failed NUMA system call `call`, from errno: EINVAL is the kernel refusing
+    the nodes (`refused` says which and why), ENOSYS a kernel built without NUMA."""
+    import ctypes  # loaded already: only the callers of a system call come here
+
+    code = ctypes.get_errno()
+    if code == errno_mod.EINVAL:
+        return PlacementUnavailable(refused)
+    if code == errno_mod.ENOSYS:
+        return NotSupported(call, code, "kernel built without NUMA")
+    return _translate(OSError(code, os.strerror(code)), call)
