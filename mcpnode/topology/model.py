@@ -19,6 +19,7 @@ dataclasses).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 _T = TypeVar("_T")
@@ -38,8 +39,13 @@ class _Record:
     __slots__ = ()
     __record_fields__: tuple[str, ...] = ()
 
+    # The field values as a tuple, by operator.attrgetter made once per class (_build): one C
+    # call, where a comprehension of getattr()s cost ~1.5 us a record; equality and hashing of
+    # PCI addresses run tens of thousands of times per manifest build.
+    __record_values__: Callable[[Any], tuple[Any, ...]] = staticmethod(lambda _self: ())
+
     def _values(self) -> tuple[Any, ...]:
-        return tuple([getattr(self, n) for n in self.__record_fields__])
+        return self.__record_values__(self)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__record_fields__)
@@ -94,6 +100,17 @@ class _OrderedRecord(_FrozenRecord):
         return NotImplemented if peer is None else self._values() >= peer
 
 
+def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function of a record giving its field values as a tuple (attrgetter gives a bare value
+    for one name, and wants at least one)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        get = attrgetter(names[0])
+        return lambda obj: (get(obj),)
+    return lambda _obj: ()
+
+
 def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
     """`cls` again, slotted, on the record base that fits, with a generated `__init__`."""
     # The class's own annotations, as dataclasses reads them (not inspect's, which would
@@ -112,8 +129,15 @@ def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
     body = {k: v for k, v in cls.__dict__.items() if k not in names}
     body.pop("__dict__", None)
     body.pop("__weakref__", None)
+    # Private slots a class asks for (`__record_private__`), for what its methods compute once
+    # and keep: not fields, so neither compared, hashed, printed nor passed to __init__.
+    private = tuple(cls.__dict__.get("__record_private__", ()))
     body.update(
-        __slots__=names, __match_args__=names, __record_fields__=names, __init__=env["__init__"]
+        __slots__=names + private,
+        __match_args__=names,
+        __record_fields__=names,
+        __record_values__=staticmethod(_values_getter(names)),
+        __init__=env["__init__"],
     )
     base: type = _OrderedRecord if order else _FrozenRecord if frozen else _Record
     if not frozen:
@@ -600,11 +624,19 @@ class Topology:
     problems: tuple[Problem, ...] = ()
     nvml: NvmlState | None = None  # None: NVML was not asked (sysfs-only discovery)
 
+    __record_private__ = ("_pci_index",)
+
     def pci(self, address: PciAddress) -> PciDevice | None:
-        for dev in self.pci_devices:
-            if dev.address == address:
-                return dev
-        return None
+        """The device at `address` (the first listed, as a scan finds it). Indexed on first use:
+        the audit and the placement plan ask ~120 times per manifest build, and a scan
+        compared ~50 addresses each time."""
+        index: dict[PciAddress, PciDevice] | None = getattr(self, "_pci_index", None)
+        if index is None:
+            index = {}
+            for dev in self.pci_devices:
+                index.setdefault(dev.address, dev)
+            object.__setattr__(self, "_pci_index", index)  # frozen: a cache, not a field
+        return index.get(address)
 
     def node(self, node_id: int) -> NumaNode | None:
         for n in self.numa_nodes:
