@@ -41,4 +41,6 @@ class HostRecord(HostWrites):
         plain sysfs dump: treat as privileged, nothing there was refused)."""
         if self.is_live:
             return os.geteuid()
-        return _opt_int(self._snapshot_meta().get("euid"))
+        if self._euid is None:
+            self._euid = (_opt_int(self._snapshot_meta().get("euid")),)
+        return self._euid[0]

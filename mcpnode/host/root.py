@@ -57,6 +57,9 @@ class HostRoot:
         self._oneshot_depth = 0
         self._recording: Recording | None = None
         self._commands: dict[str, dict[str, object]] | None = None
+        # The snapshot's recorded euid, read once ((value,) once read): the audit asks for it
+        # several times per run, and the file also holds every NVML answer (megabytes of JSON).
+        self._euid: tuple[int | None] | None = None
         try:
             st: os.stat_result | None = os.stat(given)
         except OSError:
