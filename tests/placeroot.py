@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests import nvmlgen
 from tests.fixturegen import (
     CLASS_3D,
@@ -84,3 +86,7 @@ def skip_reason() -> str | None:
     if not Path("/sys/devices/system/node/node0").is_dir():
         return "no NUMA node 0 on this kernel"
     return None
+
+
+# Tests that place a real child process on this machine's CPUs and nodes skip where it cannot.
+needs_machine = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")

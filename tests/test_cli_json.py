@@ -20,9 +20,7 @@ from tests.exportcase import HOSTS
 from tests.pinchild import affinities, start_child, stop
 from tests.tuningcli import run_cli
 
-needs_machine = pytest.mark.skipif(
-    placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or ""
-)
+needs_machine = placeroot.needs_machine
 
 
 @pytest.fixture(scope="module")

@@ -41,9 +41,7 @@ print(json.dumps({
 }))
 """
 
-needs_machine = pytest.mark.skipif(
-    placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or ""
-)
+needs_machine = placeroot.needs_machine
 
 
 @pytest.fixture(scope="module")

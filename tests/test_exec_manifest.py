@@ -27,9 +27,7 @@ from tests.tuningcli import run_cli, run_process
 NVML_FAILURES = Path(__file__).parent / "fixtures" / "nvml"
 BOOT = "3b5e6a4e-6c8a-4a43-9d3a-6f0f6d1b2c11"
 
-needs_machine = pytest.mark.skipif(
-    placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or ""
-)
+needs_machine = placeroot.needs_machine
 
 
 @pytest.fixture(scope="module")

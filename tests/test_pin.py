@@ -23,9 +23,7 @@ from tests import placeroot
 from tests.pinchild import affinities, start_child, stop
 from tests.tuningcli import run_cli
 
-needs_machine = pytest.mark.skipif(
-    placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or ""
-)
+needs_machine = placeroot.needs_machine
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,7 @@ from tests import nvmlgen, placeroot
 from tests.fixturegen import write_host
 from tests.tuningcli import run_cli, run_process
 
-needs_machine = pytest.mark.skipif(
-    placeroot.skip_reason() is not None, reason=placeroot.skip_reason() or ""
-)
+needs_machine = placeroot.needs_machine
 
 # A child that takes the CPUs it is given, touches 16 MiB (so numa_maps has pages to count),
 # says so, and waits for its stdin to close.
