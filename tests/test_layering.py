@@ -11,6 +11,8 @@ PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 
 # Lower layers first; a module may import only from its own layer or below.
 LAYERS = [
+    "printable",
+    "bounded",
     "errors",
     "logs",
     "host",

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import re
 
+from mcpnode.bounded import MAX_CPU, BoundError, cpulist_ids, parse_decimal
 from mcpnode.errors import McpnodeError
 from mcpnode.topology.model import CpuSet, PciAddress
-
-# A CPU list longer than this is garbage, not a machine (Linux NR_CPUS tops out at 8192 on
-# x86_64 and 16384 on arm64/ppc64 configs as of 6.x).
-_MAX_CPU_ID = 1 << 16
 
 
 class ParseError(McpnodeError, ValueError):
@@ -22,12 +19,13 @@ def _clip(text: str, limit: int = 60) -> str:
     return t if len(t) <= limit else t[:limit] + "…"
 
 
-def parse_int(text: str) -> int:
-    """A decimal integer file (`numa_node`, `core_id`, `mtu`), surrounding whitespace allowed."""
-    t = text.strip()
-    if not re.fullmatch(r"-?[0-9]+", t):
-        raise ParseError(f"not an integer: {_clip(text)!r}")
-    return int(t)
+def parse_int(text: str, max_digits: int = 20) -> int:
+    """A decimal integer file (`numa_node`, `core_id`, `mtu`), surrounding whitespace allowed,
+    at most `max_digits` digits (a 5,000-digit `numa_node` is garbage, not a number)."""
+    try:
+        return parse_decimal(text, max_digits=max_digits)
+    except BoundError as err:
+        raise ParseError(str(err)) from None
 
 
 def parse_hex(text: str) -> int:
@@ -38,33 +36,18 @@ def parse_hex(text: str) -> int:
     return int(t, 16)
 
 
-def parse_cpulist(text: str) -> CpuSet:
+def parse_cpulist(text: str, limit: int = MAX_CPU) -> CpuSet:
     """Kernel list format: `0-3,8,10-11`; an empty file is the empty set.
 
     Also accepts the group form `0-15:2/4` (first 2 of every 4; bitmap_parselist in lib/bitmap.c,
     documented in Documentation/admin-guide/kernel-parameters.rst). The `N` shorthand for the
-    last id is not accepted: it is valid only as kernel *input*.
+    last id is not accepted: it is valid only as kernel *input*. Bounded (mcpnode/bounded.py):
+    no CPU at or above `limit`, at most 64 KiB, linear in its length.
     """
-    t = text.strip()
-    if not t:
-        return CpuSet()
-    out: set[int] = set()
-    for part in t.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?", part.strip())
-        if not m:
-            raise ParseError(f"not a cpu list: {_clip(text)!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo or hi >= _MAX_CPU_ID:
-            raise ParseError(f"bad cpu range {part!r} in {_clip(text)!r}")
-        if m.group(3) is not None:
-            used, group = int(m.group(3)), int(m.group(4))
-            if used == 0 or group == 0 or used > group:
-                raise ParseError(f"bad cpu range stride {part!r}")
-            out.update(i for i in range(lo, hi + 1) if (i - lo) % group < used)
-        else:
-            out.update(range(lo, hi + 1))
-    return CpuSet(out)
+    try:
+        return CpuSet(cpulist_ids(text, limit=limit))
+    except BoundError as err:
+        raise ParseError(str(err)) from None
 
 
 def parse_cpumask(text: str) -> CpuSet:

@@ -7,27 +7,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?\Z", re.ASCII)
-MAX_CPU = 1 << 16  # NR_CPUS is at most 8192 on every distro kernel; well past it is garbage
+from mcpnode import bounded
+
+MAX_CPU = bounded.MAX_CPU
 
 
 def parse(text: str) -> frozenset[int]:
     """`0-3,8` -> {0, 1, 2, 3, 8}; an empty or blank text is the empty set. Raises ValueError
-    for anything else (a mask in hex, `N`, a reversed range, ids past MAX_CPU)."""
-    text = text.strip()
-    if not text:
-        return frozenset()
-    out: set[int] = set()
-    for part in text.split(","):
-        m = _RANGE.match(part.strip())
-        if m is None:
-            raise ValueError(f"not a cpulist: {text[:60]!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo or hi >= MAX_CPU:
-            raise ValueError(f"bad range {part!r} in cpulist {text[:60]!r}")
-        out.update(range(lo, hi + 1))
-    return frozenset(out)
+    for anything else (a mask in hex, `N`, a reversed range, ids past MAX_CPU, the `0-15:2/4`
+    group form, which irqbalance and smp_affinity_list do not print). Bounded and linear
+    (mcpnode/bounded.py)."""
+    return bounded.cpulist_ids(text, groups=False)
 
 
 def format_list(ids: Iterable[int]) -> str:

@@ -1,0 +1,125 @@
+"""The bounded codecs (mcpnode/bounded.py) and the control-character helper
+(mcpnode/printable.py): table-tested, with the hostile inputs files have carried."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcpnode.bounded import MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
+from mcpnode.printable import printable
+from mcpnode.topology.parse import ParseError, parse_cpulist, parse_int
+from mcpnode.tuning import cpulist
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        ("", set()),
+        ("  \n", set()),
+        ("0", {0}),
+        ("0-3,8,10-11\n", {0, 1, 2, 3, 8, 10, 11}),
+        ("8,0-3,2-5", {0, 1, 2, 3, 4, 5, 8}),  # overlapping and unsorted input merged
+        ("0-15:2/4", {0, 1, 4, 5, 8, 9, 12, 13}),
+        ("0-6:2/4", {0, 1, 4, 5}),
+        ("3-3", {3}),
+    ],
+)
+def test_cpulist_ids(text: str, ids: set[int]) -> None:
+    assert cpulist_ids(text) == frozenset(ids)
+    assert parse_cpulist(text) == frozenset(ids)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("3-1", "reversed"),
+        ("0-65536", "past the last possible cpu"),
+        ("9" * 5000, "not a cpu list"),
+        ("0-" + "9" * 5000, "not a cpu list"),
+        ("0x3", "not a cpu list"),
+        ("0-3:0/4", "stride"),
+        ("0-3:5/4", "stride"),
+        ("N", "not a cpu list"),
+        ("1,,2", "not a cpu list"),
+        ("０", "not a cpu list"),  # fullwidth digit: int() would take it
+    ],
+)
+def test_cpulist_ids_refuses(text: str, why: str) -> None:
+    with pytest.raises(BoundError, match=why):
+        cpulist_ids(text)
+    with pytest.raises(ParseError):
+        parse_cpulist(text)
+
+
+def test_cpulist_limit_is_the_possible_range() -> None:
+    assert cpulist_ids("0-7", limit=8) == frozenset(range(8))
+    with pytest.raises(BoundError, match="past the last possible cpu 7"):
+        cpulist_ids("0-8", limit=8)
+
+
+def test_cpulist_bombs_are_refused_or_linear() -> None:
+    # A megabyte of ranges is refused by its length before any parsing.
+    with pytest.raises(BoundError, match="bytes"):
+        cpulist_ids("0-65535," * (1 << 17))
+    # The largest accepted text of repeated whole ranges is merged, then expanded once: each of
+    # the ~8,000 parts would otherwise expand 65,536 ids (half a billion set insertions).
+    text = ",".join(["0-65535"] * ((MAX_CPULIST_BYTES // 8) - 1))
+    assert len(text) <= MAX_CPULIST_BYTES
+    assert len(cpulist_ids(text)) == 1 << 16
+    # Distinct stride groups share one budget of ids.
+    many = ",".join(f"{i}-65535:1/2" for i in range(5000))[:MAX_CPULIST_BYTES].rsplit(",", 1)[0]
+    with pytest.raises(BoundError, match="too many cpus"):
+        cpulist_ids(many)
+
+
+def test_tuning_cpulist_takes_no_groups() -> None:
+    assert cpulist.parse("0-3") == frozenset(range(4))
+    with pytest.raises(ValueError, match="not a cpu list"):
+        cpulist.parse("0-15:2/4")
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "value"),
+    [("42\n", {}, 42), ("-1", {}, -1), (" 7 ", {"minimum": 0, "maximum": 7}, 7)],
+)
+def test_parse_decimal(text: str, kwargs: dict[str, int], value: int) -> None:
+    assert parse_decimal(text, **kwargs) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "why"),
+    [
+        ("9" * 5000, {}, "5000 digits"),
+        ("9" * 21, {}, "21 digits"),
+        ("1e3", {}, "not an integer"),
+        ("٣", {}, "not an integer"),  # Arabic-Indic three: int() would take it
+        ("", {}, "not an integer"),
+        ("8", {"maximum": 7}, "above 7"),
+        ("-2", {"minimum": -1}, "below -1"),
+    ],
+)
+def test_parse_decimal_refuses(text: str, kwargs: dict[str, int], why: str) -> None:
+    with pytest.raises(BoundError, match=why):
+        parse_decimal(text, **kwargs)
+    if not kwargs:
+        with pytest.raises(ParseError):
+            parse_int(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("H100 80GB HBM3", "H100 80GB HBM3"),
+        ("GPU-\x1b[31mred", "GPU-\\x1b[31mred"),
+        ("x\n  999 0 nvml", "x\\n  999 0 nvml"),
+        ("a\rb\tc", "a\\rb\\tc"),
+        ("\x7f\x9b", "\\x7f\\x9b"),  # DEL and the C1 CSI
+        ("abc\u202edcba", "abc\\u202edcba"),  # right-to-left override (Trojan Source)
+        ("\x00", "\\x00"),
+        ("\u2028", "\\u2028"),
+        ("café ü 日本", "café ü 日本"),
+    ],
+)
+def test_printable(text: str, shown: str) -> None:
+    assert printable(text) == shown
+    assert printable(shown) == shown
