@@ -24,8 +24,8 @@ from mcpnode.placement.manifest import (
     MANIFEST_PATH,
     content_hash,
     dumps,
-    load_manifest,
     publish,
+    read_manifest,
 )
 from tests.manifest_race import read_while_republish
 
@@ -59,7 +59,7 @@ def test_publish_atomic_0644(tmp_path: Path) -> None:
     path = tmp_path / "run" / "mcpnode" / "manifest.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert path.read_text() == dumps(doc)
-    assert load_manifest(host) == doc
+    assert read_manifest(host) == doc
     assert sorted(p.name for p in path.parent.iterdir()) == ["manifest.json"]  # no temp left
 
 
@@ -69,7 +69,7 @@ def test_republish_replaces(tmp_path: Path) -> None:
     publish(host, a)
     inode = (tmp_path / "run/mcpnode/manifest.json").stat().st_ino
     publish(host, b)
-    assert load_manifest(host)["content_hash"] == b["content_hash"]
+    assert read_manifest(host)["content_hash"] == b["content_hash"]
     assert (tmp_path / "run/mcpnode/manifest.json").stat().st_ino != inode  # renamed over
 
 
@@ -100,7 +100,7 @@ def test_race_check_catches_in_place_writes(tmp_path: Path) -> None:
 
 def test_missing_manifest(tmp_path: Path) -> None:
     with pytest.raises(PathNotFound):
-        load_manifest(Host(tmp_path))
+        read_manifest(Host(tmp_path))
 
 
 def test_load_refuses_newer_schema(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_load_refuses_newer_schema(tmp_path: Path) -> None:
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc))
     with pytest.raises(ManifestError, match="newer"):
-        load_manifest(Host(tmp_path))
+        read_manifest(Host(tmp_path))
 
 
 # -- CLI -----------------------------------------------------------------------------------------

@@ -35,7 +35,6 @@ hands out. This area never imports placement (layering: audit sits below it).
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,8 +44,9 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import clip
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.yaml_bounded import YamlRejected, load_bounded
-from mcpnode.errors import HostError
+from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import Host
+from mcpnode.published import MANIFEST_PATH, read_manifest
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
@@ -59,12 +59,10 @@ UNIT_DIRS = (
 )
 ENV_FILES = ("/var/lib/kubelet/kubeadm-flags.env", "/etc/default/kubelet", "/etc/sysconfig/kubelet")
 ARG_VARS = ("KUBELET_CONFIG_ARGS", "KUBELET_KUBEADM_ARGS", "KUBELET_EXTRA_ARGS")
-MANIFEST = "/run/mcpnode/manifest.json"
 STATE_DIR = "/var/lib/kubelet"
 
 MAX_CONFIG_BYTES = 1 << 20  # a kubelet config is a few KiB
 MAX_SMALL_BYTES = 64 << 10  # flag files and unit drop-ins
-MAX_MANIFEST_BYTES = 16 << 20
 MAX_DROPINS = 64
 
 # KubeletConfiguration field -> (flag, kubelet default). Defaults: the v1beta1 defaulting
@@ -348,19 +346,15 @@ def _housekeeping(host: Host, ctx: AuditContext) -> tuple[CpuSet | None, str]:
     if ctx.housekeeping is not None:
         return ctx.housekeeping, "mcpnode's placement plan (this run)"
     try:
-        text = host.read_optional(MANIFEST, limit=MAX_MANIFEST_BYTES)
-    except HostError as err:
-        return None, f"{MANIFEST}: unreadable ({err.detail})"
-    if text is None:
-        return None, f"no manifest published at {MANIFEST}"
-    try:
-        doc = json.loads(text)
-        cpus = doc["placement"]["housekeeping_cpus"]
-        if not isinstance(cpus, str):
-            raise TypeError(f"placement.housekeeping_cpus is {type(cpus).__name__}")
-        return parse_cpulist(cpus), f"{MANIFEST} placement.housekeeping_cpus"
-    except (ValueError, KeyError, TypeError, ParseError) as err:
-        return None, f"{MANIFEST}: placement.housekeeping_cpus unusable ({clip(str(err), 80)})"
+        doc = read_manifest(host)
+    except PathNotFound:
+        return None, f"no manifest published at {MANIFEST_PATH}"
+    except (HostError, ManifestError) as err:  # untrusted, unreadable or a field unusable
+        return None, f"{MANIFEST_PATH}: unusable ({clip(str(err), 160)})"
+    # every cpulist was checked by the reader
+    return parse_cpulist(doc["placement"]["housekeeping_cpus"]), (
+        f"{MANIFEST_PATH} placement.housekeeping_cpus"
+    )
 
 
 # -- check (pure) -----------------------------------------------------------------------------

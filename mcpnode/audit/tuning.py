@@ -15,17 +15,15 @@ from pathlib import Path
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.errors import HostError, McpnodeError
+from mcpnode.errors import HostError, ManifestError, McpnodeError
 from mcpnode.host import Host
+from mcpnode.published import MANIFEST_PATH, read_manifest
 from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
 from mcpnode.tuning.verify import VerifyReport, verify
-
-# The published manifest (placement/manifest.py MANIFEST_PATH; the placement layer is above).
-MANIFEST_PATH = "/run/mcpnode/manifest.json"
 
 
 @dataclass(frozen=True)
@@ -59,18 +57,26 @@ def collect(host: Host, ctx: AuditContext) -> TuningFacts:
 
 def _published_partition(host: Host) -> CpuPartition | None:
     """The CPU partition the published manifest advertises (what `[irq]` is checked against
-    when the audit runs on its own); None when none is published or it is unusable, and then
-    the `[irq]` keys are reported unverified."""
-    import json
-
-    from mcpnode.tuning.partition import from_manifest
+    when the audit runs on its own), read by the one manifest reader (mcpnode/published.py:
+    trusted, every field checked); None when none is published or it is unusable, and then the
+    `[irq]` keys are reported unverified."""
+    from mcpnode.topology.parse import parse_cpulist
 
     try:
-        text = host.read_optional(MANIFEST_PATH, limit=16 << 20)
-        doc = json.loads(text) if text is not None else None
-        return from_manifest(doc, MANIFEST_PATH) if isinstance(doc, dict) else None
-    except (HostError, ValueError):
+        doc = read_manifest(host)
+    except (HostError, ManifestError):
         return None
+    placement = doc["placement"]
+    slices: set[int] = set()
+    for gpu in placement["gpus"]:
+        slices |= parse_cpulist(gpu["slice_cpus"])
+    nodes = {n["id"]: frozenset(parse_cpulist(n["cpus"])) for n in doc["numa_nodes"]}
+    return CpuPartition(
+        frozenset(parse_cpulist(placement["housekeeping_cpus"])),
+        frozenset(slices),
+        nodes,
+        f"manifest {MANIFEST_PATH}",
+    )
 
 
 def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:

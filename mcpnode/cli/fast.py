@@ -162,10 +162,10 @@ def _run(command: str, opts: dict[str, str | bool]) -> Output:
     fmt = opts.get("--format", "text")
     if command == "manifest":
         from mcpnode.cli import render_placement
-        from mcpnode.placement.manifest import load_manifest
+        from mcpnode.placement.manifest import read_manifest
 
         with Host(root) as host:
-            doc = load_manifest(host)
+            doc = read_manifest(host)
         return render_placement.as_json(doc) if fmt == "json" else render_placement.as_text(doc)
     from mcpnode.topology.discover import discover_host
 

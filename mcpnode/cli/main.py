@@ -578,12 +578,12 @@ def manifest_show(
     from mcpnode.cli import render_placement
     from mcpnode.host import Host
     from mcpnode.placement.build import make_manifest
-    from mcpnode.placement.manifest import load_manifest
+    from mcpnode.placement.manifest import read_manifest
     from mcpnode.probe.section import manifest_section
 
     with Host(root) as host:
         if published:
-            doc = load_manifest(host)
+            doc = read_manifest(host)
         else:
             doc = make_manifest(
                 host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section

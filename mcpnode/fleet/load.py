@@ -9,7 +9,10 @@ Two layouts are accepted, side by side:
 
 The host is named by its directory or the file's stem; a bare `DIR/manifest.json` is named by the
 manifest's own `host.hostname`. A manifest that cannot be read or fails parse_manifest's checks
-(schema, content hash) is kept as Unreadable with the reason: one bad host never stops the report.
+(bounds, schema, every field, content hash: mcpnode/published.py) is kept as Unreadable with the
+reason: one bad host never stops the report. These are copies of *other* hosts' manifests,
+untrusted data by design: no trust walk (they are wherever the operator fetched them to), and
+nothing read here is executed or written into a unit.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from mcpnode.errors import HostError, ManifestError, RootError
 from mcpnode.host import Host
-from mcpnode.placement.manifest import parse_manifest
+from mcpnode.published import MAX_MANIFEST_BYTES, parse_manifest
 
 MANIFEST_NAME = "manifest.json"
 # Where `fetch` without `flat` puts /run/mcpnode/manifest.json under the host's directory.
@@ -86,7 +89,7 @@ def load_fleet(host: Host, top: str = "/") -> Fleet:
     unreadable: list[Unreadable] = []
     for name, rel in candidates:
         try:
-            doc = parse_manifest(host.read_text(f"{base}/{rel}"), rel)
+            doc = parse_manifest(host.read_bytes(f"{base}/{rel}", MAX_MANIFEST_BYTES), rel)
         except ManifestError as err:
             unreadable.append(Unreadable(name or rel, rel, str(err)))
             continue

@@ -2,22 +2,28 @@
 from `/run/mcpnode/manifest.json` (documented in docs/manifest.md, schema in
 docs/manifest-schema.json).
 
-`build_manifest` is pure (facts in, dict out); `publish` and `load_manifest` go through Host.
+`build_manifest` is pure (facts in, dict out); `publish` goes through Host. Reading it back is
+mcpnode/published.py's alone (trust, bounds, schema, hash and every field), re-exported here.
 The content hash covers everything but itself and `generated_at`, so two publishes of an
 unchanged machine carry the same hash and a consumer can skip work on equal hashes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mcpnode.errors import ManifestError, PathNotFound
+from mcpnode.errors import ManifestError
 from mcpnode.host import Host
+from mcpnode.published import (
+    MANIFEST_PATH,
+    SCHEMA,
+    content_hash,
+    parse_manifest,
+    read_manifest,
+)
 
 if TYPE_CHECKING:
     # Only the builder needs these; a launcher reading the manifest (placement/source.py) does
@@ -27,16 +33,18 @@ if TYPE_CHECKING:
     from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
     from mcpnode.tuning.verify import VerifyReport
 
-SCHEMA = "mcpnode.manifest/v1"
-SCHEMA_MAJOR = 1
-MANIFEST_PATH = "/run/mcpnode/manifest.json"
 MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
-_SCHEMA_RE = re.compile(r"mcpnode\.manifest/v(\d+)")
-# `publication` says when and where this copy was published (placement/source.py), like
-# generated_at: republishing an unchanged machine keeps its hash.
-_UNHASHED = ("content_hash", "generated_at", "publication")
 
-__all__ = ["MANIFEST_PATH", "SCHEMA", "ManifestError", "build_manifest", "load_manifest", "publish"]
+__all__ = [
+    "MANIFEST_PATH",
+    "SCHEMA",
+    "ManifestError",
+    "build_manifest",
+    "content_hash",
+    "parse_manifest",
+    "publish",
+    "read_manifest",
+]
 
 
 def build_manifest(
@@ -97,14 +105,6 @@ def build_manifest(
     return body
 
 
-def content_hash(manifest: dict[str, Any]) -> str:
-    """`sha256:<hex>` of the canonical JSON (sorted keys, no whitespace, UTF-8) of `manifest`
-    without `content_hash` and `generated_at`."""
-    rest = {k: v for k, v in manifest.items() if k not in _UNHASHED}
-    canon = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
-
-
 def dumps(manifest: dict[str, Any]) -> str:
     """The file's text: indented, key order as built, newline-terminated."""
     return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
@@ -119,45 +119,6 @@ def publish(
     doc = manifest if publication is None else {**manifest, "publication": dict(publication)}
     host.write_file_atomic(MANIFEST_PATH, dumps(doc).encode(), MANIFEST_MODE)
     return MANIFEST_PATH
-
-
-def load_manifest(host: Host) -> dict[str, Any]:
-    """Read and check the published manifest.
-
-    Raises PathNotFound when none is published, ManifestError when it is not JSON, names
-    another schema, a newer major version than this mcpnode understands, or its hash does not
-    match its content."""
-    try:
-        text = host.read_text(MANIFEST_PATH)
-    except PathNotFound as err:
-        raise PathNotFound(
-            MANIFEST_PATH, err.errno, "no manifest published (run `mcpnode manifest publish`)"
-        ) from err
-    return parse_manifest(text, MANIFEST_PATH)
-
-
-def parse_manifest(text: str, source: str = MANIFEST_PATH) -> dict[str, Any]:
-    """The checks of load_manifest on text already read."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ManifestError(f"{source}: not JSON ({err})") from err
-    if not isinstance(doc, dict):
-        raise ManifestError(f"{source}: not a JSON object")
-    schema = doc.get("schema")
-    m = _SCHEMA_RE.fullmatch(schema) if isinstance(schema, str) else None
-    if m is None:
-        raise ManifestError(f"{source}: schema {schema!r} is not {SCHEMA}")
-    if int(m.group(1)) > SCHEMA_MAJOR:
-        raise ManifestError(
-            f"{source}: schema {schema} is newer than this mcpnode reads ({SCHEMA});"
-            " upgrade mcpnode, or republish with `mcpnode manifest publish`"
-        )
-    if int(m.group(1)) < SCHEMA_MAJOR:
-        raise ManifestError(f"{source}: schema {schema} is older than {SCHEMA}; republish it")
-    if doc.get("content_hash") != content_hash(doc):
-        raise ManifestError(f"{source}: content_hash does not match the content (edited?)")
-    return doc
 
 
 # -- sections ----------------------------------------------------------------------------------

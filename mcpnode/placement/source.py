@@ -38,6 +38,7 @@ from mcpnode.placement.plan import (
     Placement,
     plan_placement,
 )
+from mcpnode.published import read_manifest
 from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet, record
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_pci_address
@@ -322,10 +323,10 @@ def resolve(host: Host, *, housekeeping: str | None = None, fresh: bool = False)
 
 
 def _current_manifest(host: Host) -> tuple[dict[str, Any] | None, str | None]:
-    from mcpnode.placement.manifest import load_manifest
-
+    """The published manifest when it can be trusted, passes every check (mcpnode/published.py)
+    and is current; else None and the one line saying why."""
     try:
-        doc = load_manifest(host)
+        doc = read_manifest(host)
     except PathNotFound:
         return None, "no published manifest"
     except (ManifestError, HostError) as err:

@@ -1,7 +1,8 @@
 """The CPU partition of a GPU host, as the tuning engine needs it for `[irq]`: the housekeeping
 CPUs (left to the OS, interrupts and the agent) and the GPU slices (kept for inference), with
-each NUMA node's CPUs. It comes from the published manifest or from discovery and placement,
-both above this layer (mcpnode/placement/partition.py builds it); tuning only reads it. Pure.
+each NUMA node's CPUs. It comes from the published manifest (read by mcpnode/published.py alone)
+or from discovery and placement, both built above this layer (placement/source.py); tuning only
+reads it. Pure.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mcpnode.tuning.cpulist import format_list, parse
+from mcpnode.tuning.cpulist import format_list
 from mcpnode.tuning.paths import (
     BOOTLOADER_KEY,
     CONFINE_KEY,
@@ -44,36 +45,6 @@ class CpuPartition:
             f"housekeeping {format_list(self.housekeeping) or 'none'}, GPU slices "
             f"{format_list(self.slices) or 'none'} ({self.source})"
         )
-
-
-def from_manifest(doc: Mapping[str, object], source: str) -> CpuPartition:
-    """The partition a manifest publishes (`placement.housekeeping_cpus`, the GPUs'
-    `slice_cpus`, `numa_nodes[].cpus`), for readers below the placement layer (the audit).
-    Raises ValueError naming the field that is not usable."""
-    placement = doc.get("placement")
-    nodes = doc.get("numa_nodes")
-    if not isinstance(placement, dict) or not isinstance(nodes, list):
-        raise ValueError("no placement or numa_nodes section")
-    gpus = placement.get("gpus")
-    if not isinstance(gpus, list):
-        raise ValueError("placement.gpus is not a list")
-    slices: set[int] = set()
-    for gpu in gpus:
-        slices |= parse(_text(gpu, "slice_cpus"))
-    node_cpus = {}
-    for node in nodes:
-        if not isinstance(node, dict) or not isinstance(node.get("id"), int):
-            raise ValueError("numa_nodes[].id is not a number")
-        node_cpus[int(node["id"])] = parse(_text(node, "cpus"))
-    hk = parse(_text(placement, "housekeeping_cpus"))
-    return CpuPartition(hk, frozenset(slices), node_cpus, source)
-
-
-def _text(obj: object, key: str) -> str:
-    value = obj.get(key) if isinstance(obj, dict) else None
-    if not isinstance(value, str):
-        raise ValueError(f"{key} is not a cpulist")
-    return value
 
 
 def needs_partition(settings_keys: Iterable[str]) -> bool:
