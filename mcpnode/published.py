@@ -383,6 +383,14 @@ def _node_distances(value: object, path: str, ctx: _Ctx) -> None:
         _int(0, 255)(dist, f"{path}.{key}", ctx)
 
 
+def _counts(value: object, path: str, ctx: _Ctx) -> None:
+    if not isinstance(value, dict) or len(value) > 16:
+        raise ctx.fail(path, "is not an object of at most 16 counts")
+    for key, count in value.items():
+        _str(16)(key, f"{path} key", ctx)
+        _int()(count, f"{path}.{key}", ctx)
+
+
 _TEXT = _str()
 _OPT_TEXT = _opt(_str())
 _NAME = _str(255)
@@ -517,8 +525,27 @@ _MANIFEST = _obj(
                 "problems": _list(_TEXT),
             }
         ),
-        "tuning": _any,
-        "audit": _any,
+        "tuning": _obj(
+            {
+                "profile": _opt(_NAME),
+                "source": _OPT_TEXT,
+                "compliant": _opt(_bool),
+                "unknown_reason": _OPT_TEXT,
+                "drift": _list(_obj({"key": _NAME})),
+                "error": _OPT_TEXT,
+            }
+        ),
+        "audit": _opt(
+            _obj(
+                {
+                    "profile": _opt(_NAME),
+                    "counts": _counts,
+                    "failed": _list(_NAME),
+                    "warned": _list(_NAME),
+                    "problems": _list(_TEXT),
+                }
+            )
+        ),
         "problems": _list(
             _obj({"code": _str(64), "source": _OPT_TEXT, "detail": _OPT_TEXT}),
         ),

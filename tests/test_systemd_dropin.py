@@ -92,23 +92,37 @@ def test_bad_input_exits_64_and_writes_nothing(
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "quoted"),
+    ("value", "quoted"),
     [
-        ("A", "plain", '"A=plain"'),
-        ("A", "two words", '"A=two words"'),
-        ("A", 'say "hi"', '"A=say \\"hi\\""'),
-        ("A", "back\\slash", '"A=back\\\\slash"'),
-        ("A", "100%n", '"A=100%%n"'),
-        ("NCCL_IB_HCA", "=mlx5_0:1", '"NCCL_IB_HCA==mlx5_0:1"'),
-        ("A", "", '"A="'),
-        ("A", "it's", '"A=it\'s"'),
+        ("plain", '"UCX_NET_DEVICES=plain"'),
+        ("two words", '"UCX_NET_DEVICES=two words"'),
+        ('say "hi"', '"UCX_NET_DEVICES=say \\"hi\\""'),
+        ("back\\slash", '"UCX_NET_DEVICES=back\\\\slash"'),
+        ("100%n", '"UCX_NET_DEVICES=100%%n"'),
+        ("", '"UCX_NET_DEVICES="'),
+        ("it's", '"UCX_NET_DEVICES=it\'s"'),
     ],
 )
-def test_quote_assignment(name: str, value: str, quoted: str) -> None:
-    assert quote_assignment(name, value) == quoted
+def test_quote_assignment(value: str, quoted: str) -> None:
+    assert quote_assignment("UCX_NET_DEVICES", value) == quoted
+    assert quote_assignment("NCCL_IB_HCA", "=mlx5_0:1") == '"NCCL_IB_HCA==mlx5_0:1"'
 
 
-@pytest.mark.parametrize(("name", "value"), [("1A", "x"), ("A-B", "x"), ("A", "a\nb"), ("", "")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("1A", "x"),
+        ("A-B", "x"),
+        ("", ""),
+        ("CUDA_VISIBLE_DEVICES", "a\nb"),
+        ("CUDA_VISIBLE_DEVICES", "a\x1b[31m"),
+        ("CUDA_VISIBLE_DEVICES", "caf\u00e9"),
+        ("LD_PRELOAD", "/tmp/evil.so"),  # never from a manifest, whoever wrote it
+        ("PATH", "/tmp/evil"),
+        ("NCCL_NET_PLUGIN", "evil"),  # dlopen()s libnccl-net-evil.so
+        ("A", "plain"),
+    ],
+)
 def test_quote_assignment_refuses(name: str, value: str) -> None:
     with pytest.raises(UsageError):
         quote_assignment(name, value)
@@ -168,7 +182,12 @@ def test_systemd_analyze_accepts_the_dropin(root: Path, tmp_path: Path) -> None:
 def test_systemd_analyze_accepts_hard_quoting(tmp_path: Path) -> None:
     """Values with spaces, quotes, backslashes and '%' pass without a warning (a stray '%' would
     be a specifier, an unbalanced quote a syntax error)."""
-    env = (("A", 'x "y" z'), ("B", "back\\slash it's"), ("C", "100%n"), ("D", "=mlx5_0:1"))
+    env = (
+        ("CUDA_VISIBLE_DEVICES", 'x "y" z'),
+        ("UCX_NET_DEVICES", "back\\slash it's"),
+        ("NCCL_SOCKET_IFNAME", "100%n"),
+        ("NCCL_IB_HCA", "=mlx5_0:1"),
+    )
     target = Target((), "node", CpuSet({0, 1}), "bind", CpuSet({0}), env)
     proc = verify(tmp_path / "units", "tricky.service", render_dropin("tricky.service", target))
     assert (proc.returncode, proc.stderr) == (0, "")

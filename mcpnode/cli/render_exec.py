@@ -6,6 +6,7 @@ import shlex
 
 from mcpnode.placement.apply import ExecPlan, PinResult, Target
 from mcpnode.placement.memory import MemoryMove
+from mcpnode.printable import printable
 
 
 def target_text(target: Target, *, memory_applied: bool = True) -> str:
@@ -14,8 +15,9 @@ def target_text(target: Target, *, memory_applied: bool = True) -> str:
     lines = []
     for g in target.gpus:
         lines.append(
-            f"GPU {g.index} ({g.uuid or 'uuid unknown'}, {g.address}), NUMA node "
-            f"{g.numa_node if g.numa_node is not None else '?'} ({g.numa_source})"
+            f"GPU {g.index} ({printable(g.uuid or 'uuid unknown')}, {g.address}), NUMA node "
+            f"{g.numa_node if g.numa_node is not None else 'unknown'} "
+            f"({printable(g.numa_source)})"
         )
     lines.append(f"cpus: {target.cpus.cpulist()} ({target.scope})")
     policy: str = target.policy
@@ -28,7 +30,7 @@ def target_text(target: Target, *, memory_applied: bool = True) -> str:
             "only, migratepages(8) moves existing pages)"
         )
     lines.append(f"memory: {memory}")
-    lines.extend(f"env: {name}={value}" for name, value in target.env)
+    lines.extend(f"env: {printable(name)}={printable(value)}" for name, value in target.env)
     return "\n".join(lines) + "\n"
 
 
@@ -36,8 +38,8 @@ def exec_text(plan: ExecPlan) -> str:
     """What `exec` would do, and what would stop it on this machine."""
     out = target_text(plan.target)
     shown = plan.executable or plan.argv[0]
-    out += f"exec: {shlex.join([shown, *plan.argv[1:]])}\n"
-    out += "".join(f"problem: {p}\n" for p in plan.problems)
+    out += f"exec: {printable(shlex.join([shown, *plan.argv[1:]]))}\n"
+    out += "".join(f"problem: {printable(p)}\n" for p in plan.problems)
     return out
 
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from mcpnode.placement.manifest import dumps
+from mcpnode.printable import printable
+
+
+def _p(value: object, unknown: str = "unknown") -> str:
+    """A manifest value for the terminal: control characters escaped (mcpnode/printable.py),
+    `unknown` for null."""
+    return unknown if value is None or value == "" else printable(str(value))
 
 
 def as_json(manifest: dict[str, Any]) -> str:
@@ -15,33 +22,37 @@ def as_text(manifest: dict[str, Any], published: str | None = None) -> str:
     host = manifest["host"]
     place = manifest["placement"]
     lines = [
-        f"host {host['hostname'] or '?'}  kernel {host['kernel'] or '?'}"
-        f"  driver {host['driver'] or '?'}  {manifest['content_hash'][:19]}",
-        f"housekeeping CPUs {place['housekeeping_cpus'] or '-'} ({place['housekeeping_policy']})",
+        f"host {_p(host['hostname'])}  kernel {_p(host['kernel'])}"
+        f"  driver {_p(host['driver'])}  {manifest['content_hash'][:19]}",
+        f"housekeeping CPUs {place['housekeeping_cpus'] or '-'}"
+        f" ({_p(place['housekeeping_policy'])})",
         "",
         f"{'GPU':<4} {'NODE':<5} {'SLICE':<24} {'MEM':<4} {'NICS':<28} {'NVLINK PEERS':<16} UUID",
     ]
     for g in place["gpus"]:
-        nics = ",".join(f"{n['rdma'] or n['address']}({n['bucket']})" for n in g["nics"]) or "-"
-        node = "?" if g["numa_node"] is None else str(g["numa_node"])
+        nics = (
+            ",".join(f"{_p(n['rdma'] or n['address'])}({_p(n['bucket'])})" for n in g["nics"])
+            or "-"
+        )
+        node = "unknown" if g["numa_node"] is None else str(g["numa_node"])
         peers = ",".join(str(p) for p in g["nvlink_peers"]) or "-"
         lines.append(
             f"{g['index']:<4} {node:<5} {g['slice_cpus'] or '-':<24} {g['memory_nodes'] or '-':<4}"
-            f" {nics:<28} {peers:<16} {g['uuid'] or '-'}"
+            f" {nics:<28} {peers:<16} {_p(g['uuid'], '-')}"
         )
     tuning = manifest["tuning"]
     if tuning["error"]:
-        lines.append(f"\ntuning: not verified ({tuning['error']})")
+        lines.append(f"\ntuning: not verified ({_p(tuning['error'])})")
     else:
         state = "compliant" if tuning["compliant"] else f"{len(tuning['drift'])} key(s) drifted"
-        lines.append(f"\ntuning: profile {tuning['profile']}, {state}")
+        lines.append(f"\ntuning: profile {_p(tuning['profile'], 'none')}, {state}")
     audit = manifest["audit"]
     if audit is not None:
-        counts = " ".join(f"{k} {v}" for k, v in audit["counts"].items())
-        failed = f"; failed: {', '.join(audit['failed'])}" if audit["failed"] else ""
+        counts = " ".join(f"{_p(k)} {_p(v)}" for k, v in audit["counts"].items())
+        failed = f"; failed: {_p(', '.join(audit['failed']))}" if audit["failed"] else ""
         lines.append(f"audit: {counts}{failed}")
     for problem in place["problems"]:
-        lines.append(f"placement: {problem}")
+        lines.append(f"placement: {_p(problem)}")
     if published is not None:
         lines.append(f"published {published}")
     return "\n".join(lines) + "\n"

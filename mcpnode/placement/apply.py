@@ -30,6 +30,7 @@ from mcpnode.errors import (
 )
 from mcpnode.host import Host
 from mcpnode.placement.plan import GpuPlacement, Placement, select_gpus
+from mcpnode.published import env_problem
 from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet, record, replace
 from mcpnode.topology.parse import ParseError, parse_cpulist
@@ -98,14 +99,22 @@ def choose_target(
     `online`, the topology's online CPUs, when given). `allowed`: the CPUs the process to be
     placed may use (its cgroup cpuset, a Slurm job's CPUs); the target is narrowed to them, as
     sched_setaffinity(2) would narrow it anyway. Raises UsageError for an unknown GPU, or one
-    without a slice / NUMA node (the problem says why), PlacementUnavailable when nothing of
-    the GPUs' CPUs is left inside `allowed`."""
+    without a slice / NUMA node (the problem says why), PlacementUnavailable when a slice names
+    a CPU that is not in `online` or nothing of the GPUs' CPUs is left inside `allowed`."""
     gpus = select_gpus(placement, selector, process_cpus)
     cpus = CpuSet()
     nodes = CpuSet()
     for gpu in gpus:
         have = gpu.slice_cpus if scope == "slice" else gpu.local_cpus
         if online is not None:
+            offline = gpu.slice_cpus - online if scope == "slice" else CpuSet()
+            if offline:
+                # A slice is cut from online CPUs only (plan.py), so one naming an offline CPU
+                # was computed for another machine or edited: never narrowed away quietly.
+                raise PlacementUnavailable(
+                    f"GPU {gpu.index} ({gpu.address}): slice CPUs {offline.cpulist()} are not "
+                    f"online on this machine (online: {online.cpulist() or 'none'})"
+                )
             have = have & online
         if not have:
             hint = " (try --scope node)" if scope == "slice" and gpu.local_cpus else ""
@@ -317,7 +326,14 @@ def plan_exec(
 
 
 def child_env(env: Mapping[str, str], target: Target) -> dict[str, str]:
-    """The inherited environment with the placement's variables set over it."""
+    """The inherited environment with the placement's variables set over it. Each of those is
+    checked again against the manifest's allow-list (mcpnode/published.py, env_problem): the
+    reader already refused anything else, and an exec as root must not depend on that alone.
+    Raises PlacementUnavailable."""
+    for name, value in target.env:
+        why = env_problem(name, value)
+        if why is not None:
+            raise PlacementUnavailable(f"placement environment {name[:64]!r}: {why}")
     return {**env, **dict(target.env)}
 
 

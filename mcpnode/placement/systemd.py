@@ -10,7 +10,9 @@ Syntax (systemd.syntax(7), systemd.exec(5), checked by `systemd-analyze verify` 
 * `Environment=` is not reset (that would drop the unit's own variables); a later assignment of
   the same variable overrides. Each assignment is double-quoted with `\\` and `"` escaped, and
   `%` doubled because unit files expand `%` specifiers there. Control characters have no
-  portable spelling in a value and are refused.
+  portable spelling in a value and are refused, and so is any variable outside the manifest's
+  allow-list (mcpnode/published.py). The comment naming the GPUs refuses control characters
+  too: a newline in a UUID would start a directive of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 from mcpnode.errors import UsageError
 from mcpnode.host import Host
 from mcpnode.placement.apply import Target
+from mcpnode.printable import printable
+from mcpnode.published import env_problem
 
 DROPIN_NAME = "50-mcpnode-placement.conf"
 UNIT_DIR = "/etc/systemd/system"
@@ -52,13 +56,25 @@ def dropin_path(unit: str) -> str:
 
 def quote_assignment(name: str, value: str) -> str:
     """`"NAME=value"` for `Environment=`, escaped per systemd.syntax(7) and specifier-safe.
-    Raises UsageError for a bad variable name or a control character in the value."""
+    Raises UsageError for a variable mcpnode does not set (the manifest's allow-list,
+    mcpnode/published.py: an `LD_PRELOAD=` here would be loaded into a root service), a bad
+    name, or a control or non-ASCII character in the value."""
     if not _ENV_NAME.match(name):
-        raise UsageError(f"environment variable name {name!r} is not valid")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise UsageError(f"{name}: control characters cannot go into a unit file")
+        raise UsageError(f"environment variable name {name[:64]!r} is not valid")
+    why = env_problem(name, value)
+    if why is not None:
+        raise UsageError(f"{name}: {why}; not written into a unit file")
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
     return f'"{name}={escaped}"'
+
+
+def comment_text(text: str) -> str:
+    """`text` for a `#` comment line of a unit file: a newline there would end the comment and
+    start a directive (`ExecStartPre=` run as root), so any control character is refused.
+    Raises UsageError."""
+    if not text.isprintable():
+        raise UsageError(f"{printable(text[:64])}: control characters cannot go into a unit file")
+    return text
 
 
 def slice_name(name: str) -> str:
@@ -76,7 +92,8 @@ def render_dropin(unit: str, target: Target, slice_unit: str | None = None) -> s
     """The drop-in file's text for `unit`; `slice_unit` also moves the service into that slice
     (`Slice=`), outside system.slice when `[housekeeping] confine` narrows it."""
     gpus = ", ".join(
-        f"GPU {g.index} ({g.uuid or 'uuid unknown'}, {g.address})" for g in target.gpus
+        f"GPU {g.index} ({comment_text(g.uuid or 'uuid unknown')}, {g.address})"
+        for g in target.gpus
     )
     env = " ".join(quote_assignment(n, v) for n, v in target.env)
     lines = [
