@@ -6,8 +6,9 @@ are the ones mcpnode's placement plan reserves on that host."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -427,3 +428,24 @@ def test_corrupt_manifest_makes_housekeeping_unknown(tmp_path: Path) -> None:
     (root / "run/mcpnode/manifest.json").write_text('{"placement": {"housekeeping_cpus": 7}}')
     f = by_id(audit(root))["kubelet.reserved-cpus"]
     assert f.status is Status.FAIL and "unusable" in f.summary
+
+
+@pytest.mark.parametrize(
+    ("plant", "why"),
+    [
+        (lambda m: os.chown(m, 65534, 65534), "is owned by uid 65534, not root"),
+        (lambda m: os.chmod(m, 0o666), "is group- and world-writable (mode 0666)"),
+        (lambda m: os.chmod(m.parent, 0o1777), "is group- or world-writable (mode 1777"),
+    ],
+    ids=["nobody", "0666", "dir-1777"],
+)
+def test_an_untrusted_manifest_is_not_the_housekeeping(
+    tmp_path: Path, plant: Callable[[Path], None], why: str
+) -> None:
+    """The same manifest that passes above, planted where root does not control it: the
+    reserved CPUs cannot be compared (FAIL, unknown), never compared with a planted value."""
+    hk = housekeeping(tmp_path)
+    root = node(tmp_path, kubeadm(aligned_config(hk)))
+    plant(root / MANIFEST_PATH.lstrip("/"))
+    f = by_id(audit(root))["kubelet.reserved-cpus"]
+    assert f.status is Status.FAIL and "refusing to trust it" in f.summary and why in f.summary

@@ -349,8 +349,10 @@ def _housekeeping(host: Host, ctx: AuditContext) -> tuple[CpuSet | None, str]:
         doc = read_manifest(host)
     except PathNotFound:
         return None, f"no manifest published at {MANIFEST_PATH}"
-    except (HostError, ManifestError) as err:  # untrusted, unreadable or a field unusable
-        return None, f"{MANIFEST_PATH}: unusable ({clip(str(err), 160)})"
+    except HostError as err:  # untrusted or unreadable
+        return None, f"{MANIFEST_PATH}: unusable ({clip(err.detail, 320)})"
+    except ManifestError as err:  # a field unusable; the message names the file first
+        return None, f"unusable manifest ({clip(str(err), 320)})"
     # every cpulist was checked by the reader
     return parse_cpulist(doc["placement"]["housekeeping_cpus"]), (
         f"{MANIFEST_PATH} placement.housekeeping_cpus"

@@ -24,11 +24,11 @@ from typing import Any
 
 from mcpnode.errors import HostError, ManifestError, RootError
 from mcpnode.host import Host
-from mcpnode.published import MAX_MANIFEST_BYTES, parse_manifest
+from mcpnode.published import MANIFEST_PATH, MAX_MANIFEST_BYTES, parse_manifest
 
 MANIFEST_NAME = "manifest.json"
 # Where `fetch` without `flat` puts /run/mcpnode/manifest.json under the host's directory.
-FETCH_SUBPATH = "run/mcpnode/manifest.json"
+FETCH_SUBPATH = MANIFEST_PATH.lstrip("/")
 
 
 @dataclass(frozen=True)
