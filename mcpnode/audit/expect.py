@@ -40,7 +40,7 @@ _INT_KEYS = {
     "nic_count": (0, 1024),
     "numa_nodes": (1, 1024),
 }
-_VERSION = re.compile(r"\d+(\.\d+){0,3}\Z")
+_VERSION = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9}){0,3}\Z")
 
 
 def parse_table(table: object, file: str, prefix: str = "expect") -> Expectation:
@@ -195,7 +195,8 @@ def collect(host: Host, ctx: AuditContext) -> ExpectFacts:
 def _version(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None
-    m = re.match(r"(\d+(?:\.\d+)*)", text)
+    # At most 9 digits a part, ASCII only (driver versions and [expect] driver_min are text)
+    m = re.match(r"([0-9]{1,9}(?:\.[0-9]{1,9})*)(?![0-9])", text)
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 
