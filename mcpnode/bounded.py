@@ -78,7 +78,7 @@ def cpulist_ids(text: str, *, limit: int = MAX_CPU, groups: bool = True) -> froz
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
-            raise BoundError(f"reversed cpu range {part.strip()!r}")
+            raise BoundError(f"bad cpu range {part.strip()!r}: reversed")
         if hi >= limit:
             raise BoundError(
                 f"cpu {hi} in {part.strip()!r} is past the last possible cpu {limit - 1}"

@@ -14,14 +14,15 @@ error naming the file and the key.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.expectation import Expectation, ExpectError
-from mcpnode.audit.facts import read_file
 from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.errors import HostError, PathNotFound, SymlinkLoop, TooLarge, Untrusted
 from mcpnode.host import Host
 from mcpnode.topology.model import Gpu, Topology
 from mcpnode.tuning import tomlsafe
@@ -29,6 +30,7 @@ from mcpnode.tuning.tomlsafe import TomlRejected
 
 CONFIG_PATH = "/etc/mcpnode/mcpnode.toml"
 MAX_EXPECT_BYTES = 1 << 20
+MAX_RATE_GBPS = 100_000
 __all__ = ["ExpectError", "Expectation", "check", "collect", "parse_expect_file", "parse_table"]
 
 # key: (type, check, what it must be)
@@ -40,7 +42,7 @@ _INT_KEYS = {
     "nic_count": (0, 1024),
     "numa_nodes": (1, 1024),
 }
-_VERSION = re.compile(r"\d+(\.\d+){0,3}\Z")
+_VERSION = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9}){0,3}\Z")
 
 
 def parse_table(table: object, file: str, prefix: str = "expect") -> Expectation:
@@ -58,8 +60,19 @@ def parse_table(table: object, file: str, prefix: str = "expect") -> Expectation
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ExpectError(file, where, f"must be an integer {lo}..{hi}, not {value!r}")
         elif key == "nic_rate_gbps":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ExpectError(file, where, f"must be a positive number, not {value!r}")
+            # TOML has nan and inf, and every comparison with nan is false: a rate that checks
+            # nothing. The fastest port shipped is 800 Gb/s (XDR); MAX_RATE_GBPS leaves room.
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or not 0 < value <= MAX_RATE_GBPS
+            ):
+                raise ExpectError(
+                    file,
+                    where,
+                    f"must be a positive number, at most {MAX_RATE_GBPS} (Gb/s), not {value!r}",
+                )
             value = float(value)
         elif key == "gpu_model":
             if not isinstance(value, str) or not value.strip() or len(value) > 128:
@@ -101,25 +114,37 @@ def expect_lines(e: Expectation) -> list[str]:
     return lines
 
 
-def load_expect_file(host: Host, path: str) -> Expectation:
-    """`--expect FILE`: the file read through `host` (the live machine's `/`: the file is the
-    operator's, not the audited root's), parsed strictly. Raises ExpectError, naming the file
-    for a missing or unreadable one too."""
-    from mcpnode.errors import HostError, TooLarge
-
+def read_expect_text(host: Host, path: str) -> str:
+    """The one reader of a file holding an `[expect]` table (`--expect FILE`, the root's
+    mcpnode.toml): an expectation decides what the audit passes, so it is trusted as the agent's
+    configuration is (Host.read_trusted: a regular file, not a symlink, root's or this euid's,
+    not group/world-writable, in such directories up to `/`), bounded while read (a FIFO or a
+    huge file is refused, never slurped), and strict UTF-8. Raises PathNotFound for a missing
+    file and ExpectError, naming the file and why, for every other refusal."""
     try:
-        # bounded while reading: a FIFO or a huge file is refused, never slurped
-        data = host.read_bytes(path, limit=MAX_EXPECT_BYTES)
+        data = host.read_trusted(path, MAX_EXPECT_BYTES)
+    except PathNotFound:
+        raise
     except TooLarge:
         raise ExpectError(path, None, f"larger than {MAX_EXPECT_BYTES} bytes") from None
+    except (Untrusted, SymlinkLoop) as err:
+        raise ExpectError(path, None, f"cannot be used: {err.detail}") from None
     except HostError as err:
         raise ExpectError(path, None, f"cannot be read: {err.detail}") from None
-    if len(data) > MAX_EXPECT_BYTES:
-        raise ExpectError(path, None, f"larger than {MAX_EXPECT_BYTES} bytes")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ExpectError(path, None, f"not UTF-8 (byte {err.start})") from None
+
+
+def load_expect_file(host: Host, path: str) -> Expectation:
+    """`--expect FILE`: the file read through `host` (the live machine's `/`: the file is the
+    operator's, not the audited root's) by read_expect_text, parsed strictly. Raises
+    ExpectError, naming the file for a missing, untrusted or unreadable one too."""
+    try:
+        text = read_expect_text(host, path)
+    except PathNotFound as err:
+        raise ExpectError(path, None, f"cannot be read: {err.detail}") from None
     return parse_expect_file(text, path)
 
 
@@ -177,11 +202,14 @@ class ExpectFacts:
 def collect(host: Host, ctx: AuditContext) -> ExpectFacts:
     if ctx.expect is not None:
         return ExpectFacts(ctx.expect, ctx.expect_source, None)
-    read = read_file(host, CONFIG_PATH)
-    if read.text is None:
-        return ExpectFacts(None, None, None if read.missing else f"{CONFIG_PATH}: {read.error}")
     try:
-        doc = tomlsafe.loads(read.text)
+        text = read_expect_text(host, CONFIG_PATH)
+    except PathNotFound:
+        return ExpectFacts(None, None, None)
+    except ExpectError as err:
+        return ExpectFacts(None, CONFIG_PATH, str(err))
+    try:
+        doc = tomlsafe.loads(text)
     except TomlRejected as err:
         return ExpectFacts(None, CONFIG_PATH, f"{CONFIG_PATH}: not valid TOML: {err}")
     if "expect" not in doc:
@@ -195,7 +223,8 @@ def collect(host: Host, ctx: AuditContext) -> ExpectFacts:
 def _version(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None
-    m = re.match(r"(\d+(?:\.\d+)*)", text)
+    # At most 9 digits a part, ASCII only (driver versions and [expect] driver_min are text)
+    m = re.match(r"([0-9]{1,9}(?:\.[0-9]{1,9})*)(?![0-9])", text)
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 

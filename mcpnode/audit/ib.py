@@ -90,7 +90,8 @@ def collect(host: Host, ctx: AuditContext) -> IbFacts:
 
 def counter(read: FileRead) -> int | None:
     text = (read.text or "").strip()
-    return int(text) if text.isdigit() else None
+    # A counter is a u64 (20 digits); ASCII only: str.isdigit() is also true of `²`.
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
 
 
 def check(facts: IbFacts, ctx: AuditContext) -> list[Finding]:

@@ -297,7 +297,8 @@ def _peermem(facts: KernelFacts, ctx: AuditContext) -> Finding:
 
 
 def _numbers(text: str | None) -> tuple[int, ...] | None:
-    m = re.match(r"(\d+(?:\.\d+)*)", text or "")
+    # At most 9 digits a part, ASCII only: a release string is a file's text.
+    m = re.match(r"([0-9]{1,9}(?:\.[0-9]{1,9})*)(?![0-9])", text or "")
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 

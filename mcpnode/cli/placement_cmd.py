@@ -58,17 +58,20 @@ def _memory_text(memory: Any) -> str:
 
 
 def _text(rows: Any, problems: Any, unreadable: int) -> str:
+    from mcpnode.printable import printable
+
     head = f"{'PID':>8} {'GPU':>3} {'SRC':4} {'COMM':16} {'CPUS':14} {'MEMORY':22} VERDICT"
     lines = [head]
     for r in rows:
         cpus = r.cpus.cpulist() if r.cpus is not None else "?"
         lines.append(
-            f"{r.pid:>8} {r.gpu:>3} {r.source:4} {(r.comm or '?')[:16]:16} {cpus[:14]:14} "
+            # comm is the process's to set (PR_SET_NAME): escaped whole, never cut mid-escape
+            f"{r.pid:>8} {r.gpu:>3} {r.source:4} {printable(r.comm or '?'):16} {cpus[:14]:14} "
             f"{_memory_text(r.memory)[:22]:22} {r.verdict} ({r.cpu}, memory {r.mem}): {r.reason}"
         )
     if not rows:
         lines.append("(no process is using a GPU)")
-    lines.extend(f"note: {p}" for p in problems)
+    lines.extend(f"note: {printable(p)}" for p in problems)
     if unreadable:
         lines.append(f"note: {unreadable} process(es) could not be read (exited, or EACCES)")
     return "\n".join(lines) + "\n"

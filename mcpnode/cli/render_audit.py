@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpnode.audit.model import AUDIT_SCHEMA, AuditReport, Finding, Status
+from mcpnode.printable import printable
 
 STATUS_ORDER = (Status.PASS, Status.FAIL, Status.WARN, Status.SKIP, Status.INFO)
 _COLOURS = {
@@ -43,7 +44,7 @@ def _groups(report: AuditReport) -> list[tuple[str, list[Finding]]]:
 
 
 def _label(f: Finding) -> str:
-    return f"{f.id} [{f.subject}]" if f.subject else f.id
+    return f"{f.id} [{printable(f.subject)}]" if f.subject else f.id
 
 
 def summary_line(report: AuditReport, strict: bool = False) -> str:
@@ -60,13 +61,13 @@ def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> s
 
     titles = area_titles()
     lines = [
-        f"mcpnode audit: host {report.host or '?'}, kernel {report.kernel or '?'}, "
-        f"profile {report.profile or '?'}",
+        f"mcpnode audit: host {printable(report.host or '?')}, "
+        f"kernel {printable(report.kernel or '?')}, profile {printable(report.profile or '?')}",
         "",
     ]
     for area, findings in _groups(report):
         lines.append(f"== {titles.get(area, area)} ==")
-        lines.extend(f"{mark(f.status)} {_label(f)}: {f.summary}" for f in findings)
+        lines.extend(f"{mark(f.status)} {_label(f)}: {printable(f.summary)}" for f in findings)
         lines.append("")
     remedies = [f for f in report.findings if f.remedy and f.status in (Status.FAIL, Status.WARN)]
     if remedies:
@@ -79,12 +80,12 @@ def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> s
             grouped.setdefault((f.id, f.remedy), []).append(f)
         for (fid, remedy), group in grouped.items():
             subjects = [f.subject for f in group if f.subject]
-            label = f"{fid} [{', '.join(subjects)}]" if subjects else fid
-            lines.append(f"{label}: {remedy}")
+            label = f"{fid} [{printable(', '.join(subjects))}]" if subjects else fid
+            lines.append(f"{label}: {printable(remedy)}")
         lines.append("")
     if report.problems:
         lines.append("== Problems (the audit's own) ==")
-        lines.extend(report.problems)
+        lines.extend(printable(p) for p in report.problems)
         lines.append("")
     lines.append("== Summary ==")
     lines.append(summary_line(report, strict))
@@ -126,9 +127,9 @@ def as_json(report: AuditReport, strict: bool = False) -> str:
 
 
 def _details(f: Finding) -> str:
-    lines = [f"{e.source}: {e.value}" for e in f.evidence]
+    lines = [f"{printable(e.source)}: {printable(e.value)}" for e in f.evidence]
     if f.remedy:
-        lines.append(f"remedy: {f.remedy}")
+        lines.append(f"remedy: {printable(f.remedy)}")
     return "\n".join(lines)
 
 
@@ -147,14 +148,16 @@ def as_junit(report: AuditReport, strict: bool = False) -> str:
             )
             if f.status is Status.FAIL or (strict and f.status is Status.WARN):
                 n_fail += 1
-                failure = ET.SubElement(case, "failure", message=f.summary, type=f.status.value)
+                failure = ET.SubElement(
+                    case, "failure", message=printable(f.summary), type=f.status.value
+                )
                 failure.text = _details(f)
             elif f.status is Status.SKIP:
                 n_skip += 1
-                ET.SubElement(case, "skipped", message=f.summary)
+                ET.SubElement(case, "skipped", message=printable(f.summary))
             else:
                 out = ET.SubElement(case, "system-out")
-                out.text = f"[{f.status.value}] {f.summary}\n{_details(f)}".rstrip()
+                out.text = f"[{f.status.value}] {printable(f.summary)}\n{_details(f)}".rstrip()
         suite.set("tests", str(len(findings)))
         suite.set("failures", str(n_fail))
         suite.set("errors", "0")

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from mcpnode.printable import printable
 from mcpnode.topology.jsonify import jsonable
 from mcpnode.topology.model import Gpu, NvmlGpu, Problem, Topology
 
@@ -177,14 +178,14 @@ def row(gpu: Gpu) -> tuple[str, ...]:
         nvlink = "none"
     else:
         nvlink = f"{nv.active}/{nv.total}" + (f" (+{nv.unreadable}?)" if nv.unreadable else "")
-    name = f.name if f is not None and f.name else None
+    name = printable(f.name) if f is not None and f.name else None
     if name is None and gpu.device_id is not None:
         name = f"({gpu.vendor_id:04x}:{gpu.device_id:04x})"  # the PCI id, when NVML named none
     fabric = None
     if f is not None and f.fabric_state is not None:
-        fabric = f.fabric_state
+        fabric = printable(f.fabric_state)
         if f.fabric_status not in (None, "Success"):
-            fabric += f" ({f.fabric_status})"
+            fabric += f" ({printable(f.fabric_status)})"
     return (
         str(gpu.index),
         _v(name),
@@ -215,10 +216,13 @@ def nvml_line(topo: Topology) -> str:
     if state is None:
         return "NVML unavailable: NVML was not queried"
     if not state.available:
-        return f"NVML unavailable: {state.reason}"
-    parts = [f"driver {_v(state.driver_version)}", f"CUDA {_v(state.cuda_driver_version)}"]
+        return f"NVML unavailable: {printable(state.reason or '')}"
+    parts = [
+        f"driver {printable(_v(state.driver_version))}",
+        f"CUDA {printable(_v(state.cuda_driver_version))}",
+    ]
     if state.nvml_version:
-        parts.append(f"NVML {state.nvml_version}")
+        parts.append(f"NVML {printable(state.nvml_version)}")
     return f"NVML: {', '.join(parts)}"
 
 
@@ -244,5 +248,5 @@ def as_text(topo: Topology) -> str:
     problems = gpu_problems(topo)
     if problems:
         out.append(f"Problems ({len(problems)}):")
-        out.extend(f"  [{p.code}] {p.source}: {p.detail}" for p in problems)
+        out.extend(f"  [{p.code}] {printable(p.source)}: {printable(p.detail)}" for p in problems)
     return "\n".join(out) + "\n"

@@ -10,6 +10,7 @@ from typing import Any
 
 from mcpnode.audit.p2p import P2pFacts, readiness
 from mcpnode.audit.pcicfg import acs_names
+from mcpnode.printable import printable
 from mcpnode.topology.model import Topology
 
 SCHEMA = "mcpnode.p2p/v1"
@@ -65,7 +66,7 @@ def as_text(topo: Topology, facts: P2pFacts) -> str:
     out.append("NVML peer-to-peer read status (nvidia-smi topo -p2p r):")
     if nvml is None:
         reason = topo.nvml.reason if topo.nvml is not None else "NVML was not asked"
-        out.append(f"  NVML unavailable: {reason}")
+        out.append(f"  NVML unavailable: {printable(reason or '')}")
         out.append("")
     else:
         out.extend(_table(nvml))

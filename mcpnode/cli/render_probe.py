@@ -9,6 +9,7 @@ from typing import Any
 
 from mcpnode.audit.model import Status
 from mcpnode.cli.render_audit import finding_json
+from mcpnode.printable import printable
 from mcpnode.probe.analysis import Figure, GpuFigures, PeerFigures, ProbeReport
 from mcpnode.probe.expected import PcieExpectation
 from mcpnode.probe.model import run_json
@@ -36,12 +37,12 @@ def _gpu_text(g: GpuFigures) -> list[str]:
         else "not read"
     )
     head = (
-        f"GPU {g.index} {g.address} {g.name or ''}".rstrip()
+        f"GPU {g.index} {g.address} {printable(g.name or '')}".rstrip()
         + f": promised {promise}; under load {under}; placement node"
         f" {g.placed_node if g.placed_node is not None else '?'}"
     )
     if g.error is not None:
-        return [head, f"  not probed: {g.error}"]
+        return [head, f"  not probed: {printable(g.error)}"]
     lines = [head, "  node  h2d GB/s  ratio  d2h GB/s  ratio  latency us h2d/d2h  CPUs"]
     fastest = g.fastest_node
     for n in g.nodes:
@@ -55,7 +56,7 @@ def _gpu_text(g: GpuFigures) -> list[str]:
         )
         for d, f in (("h2d", n.h2d), ("d2h", n.d2h)):
             if f.error is not None:
-                lines.append(f"        {d}: {f.error}")
+                lines.append(f"        {d}: {printable(f.error)}")
     return lines
 
 
@@ -71,7 +72,8 @@ def as_text(report: ProbeReport, source: str) -> str:
     run = report.run
     s = run.settings
     out = [
-        f"probe {run.measured_at} ({source}); CUDA {run.cuda_driver_version or '?'};"
+        f"probe {printable(run.measured_at)} ({printable(source)});"
+        f" CUDA {printable(run.cuda_driver_version or '?')};"
         f" {s.samples} samples of {s.copies_per_sample} x {s.buffer_bytes >> 20} MiB,"
         f" medians; * fastest node, p placement node",
         "",
@@ -91,17 +93,17 @@ def as_text(report: ProbeReport, source: str) -> str:
             )
             out.append(f"GPU{i}".ljust(6) + row)
         links = sorted({p.link for p in report.peers})
-        out.append(f"links: {', '.join(links)}")
+        out.append(f"links: {printable(', '.join(links))}")
         out.append("")
     counts = {st: 0 for st in Status}
     for f in report.findings:
         counts[f.status] += 1
         if f.status in (Status.FAIL, Status.WARN):
-            out.append(f"[{f.status.value}] {f.id} {f.summary}")
+            out.append(f"[{f.status.value}] {f.id} {printable(f.summary)}")
             if f.remedy:
-                out.append(f"       remedy: {f.remedy}")
+                out.append(f"       remedy: {printable(f.remedy)}")
     for p in report.problems:
-        out.append(f"problem: {p}")
+        out.append(f"problem: {printable(p)}")
     out.append(
         ", ".join(f"{counts[st]} {st.value}" for st in Status)
         + f" of {len(report.findings)} probe findings"

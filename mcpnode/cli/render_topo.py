@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from mcpnode.cli import jsonout
+from mcpnode.printable import printable
 from mcpnode.topology.discover import effective_local_cpus
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix
@@ -60,7 +61,7 @@ def as_matrix(topo: Topology) -> str:
         if m.nic_legend:
             out.append("NIC Legend:")
             out.append("")
-            out.extend(f"  {label}: {name}" for label, name in m.nic_legend)
+            out.extend(f"  {label}: {printable(name)}" for label, name in m.nic_legend)
             out.append("")
     out.extend(_summary(topo))
     return "\n".join(out) + "\n"
@@ -76,8 +77,8 @@ def _summary(topo: Topology) -> list[str]:
     if nics:
         out.append("NICs:")
         for nic in nics:
-            names = ",".join(d.name for d in nic.netdevs) or "-"
-            rdma = ",".join(nic.rdma_devices) or "-"
+            names = printable(",".join(d.name for d in nic.netdevs)) or "-"
+            rdma = printable(",".join(nic.rdma_devices)) or "-"
             dev = topo.pci(nic.address)
             node = "unknown" if nic.numa_node is None else str(nic.numa_node)
             if dev is not None and dev.numa_source not in ("own", "unknown"):
@@ -97,7 +98,9 @@ def _problem_lines(topo: Topology, limit: int = 50) -> list[str]:
     if not topo.problems:
         return []
     out = [f"Problems ({len(topo.problems)}):"]
-    out.extend(f"  [{p.code}] {p.source}: {p.detail}" for p in topo.problems[:limit])
+    out.extend(
+        f"  [{p.code}] {printable(p.source)}: {printable(p.detail)}" for p in topo.problems[:limit]
+    )
     if len(topo.problems) > limit:
         out.append(f"  ... {len(topo.problems) - limit} more (see --format json)")
     return out
@@ -142,8 +145,8 @@ def _label(dev: PciDevice, topo: Topology) -> str:
         else "????:????"
     )
     cls = f"{dev.class_code:04x}" if dev.class_code is not None else "????"
-    drv = f" {dev.driver}" if dev.driver else ""
-    tag = f" {' '.join(names)}" if names else ""
+    drv = f" {printable(dev.driver)}" if dev.driver else ""
+    tag = f" {printable(' '.join(names))}" if names else ""
     return f"{dev.address} [{cls}] {ids}{drv}{tag}"
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from mcpnode.printable import printable as _p
 from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.apply import ApplyResult, RollbackResult
 from mcpnode.tuning.explain import Explanation
@@ -26,13 +27,13 @@ _CELL = 34
 
 
 def _cell(value: str | None) -> str:
-    text = "-" if value is None else " ".join(value.split()) or "(empty)"
+    text = "-" if value is None else _p(" ".join(value.split())) or "(empty)"
     return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     """Left-aligned columns, two spaces apart; the last column is never padded."""
-    body = [list(r) for r in rows]
+    body = [[_p(c) for c in r] for r in rows]  # cells may hold a file's text
     widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
     lines = []
     for row in [list(headers), *body]:
@@ -51,7 +52,7 @@ def _outcome_lines(title: str, outcomes: Sequence[Outcome]) -> list[str]:
         return []
     lines = [title]
     for o in outcomes:
-        detail = f": {o.error}" if o.error else ""
+        detail = f": {_p(o.error)}" if o.error else ""
         lines.append(f"  {o.key}: {_cell(o.old)} -> {_cell(o.new)} [{o.result}]{detail}")
     return lines
 
@@ -62,12 +63,17 @@ def _override_lines(overrides: Sequence[Assignment]) -> list[str]:
     lines = []
     if winners:
         lines.append("WARNING: these assignments override mcpnode's at boot (applied later):")
-        lines += [f"  {a.file}:{a.line}: {a.written} = {a.value} ({a.note})" for a in winners]
+        lines += [
+            f"  {_p(a.file)}:{a.line}: {_p(a.written)} = {_p(a.value)} ({_p(a.note)})"
+            for a in winners
+        ]
     if others:
         lines.append("other assignments of the same keys (no effect on the outcome):")
         for a in others:
             why = "same value" if a.same_value else "overridden by 90-mcpnode.conf"
-            lines.append(f"  {a.file}:{a.line}: {a.written} = {a.value} ({why}; {a.note})")
+            lines.append(
+                f"  {_p(a.file)}:{a.line}: {_p(a.written)} = {_p(a.value)} ({why}; {_p(a.note)})"
+            )
     return lines
 
 
@@ -75,7 +81,7 @@ def apply_text(result: ApplyResult) -> str:
     counts = result.plan.counts()
     head = "plan" if result.dry_run else "applied"
     summary = ", ".join(f"{n} {a}" for a, n in counts.items() if n)
-    lines = [f"{head}: profile {result.profile} ({summary or 'empty'})"]
+    lines = [f"{head}: profile {_p(result.profile)} ({summary or 'empty'})"]
     lines += _outcome_lines("recovered an interrupted run first:", result.recovered)
     out = "\n".join(lines) + "\n" + plan_table(result.plan.items)
     extra: list[str] = []
@@ -84,13 +90,13 @@ def apply_text(result: ApplyResult) -> str:
         extra.append(plan_table(result.restores).rstrip("\n"))
     extra += _outcome_lines("modules:", result.loads)
     if not result.dry_run:
-        extra.append(f"{len(result.writes)} write(s); journal: {result.journal}")
+        extra.append(f"{len(result.writes)} write(s); journal: {_p(result.journal)}")
     if result.persist is not None:
         verb = "wrote" if result.persist.written else "would write"
-        extra.append(f"{verb} {result.persist.path}:")
+        extra.append(f"{verb} {_p(result.persist.path)}:")
         extra += ["  " + line for line in result.persist.content.splitlines()]
         extra += _override_lines(result.persist.overrides)
-    extra += [f"note: {n}" for n in result.notes]
+    extra += [f"note: {_p(n)}" for n in result.notes]
     return out + ("\n".join(extra) + "\n" if extra else "")
 
 
@@ -150,17 +156,21 @@ def verify_text(report: VerifyReport, active: ActiveProfile | None = None) -> st
     lines = [] if active is None else [f"checking {_active_line(active)}"]
     unknown = report.unknown_reason
     if report.ok and unknown is not None:
-        lines.append(f"verify: profile {report.profile}: UNKNOWN, no drift seen but {unknown}")
+        lines.append(
+            f"verify: profile {_p(report.profile)}: UNKNOWN, no drift seen but {_p(unknown)}"
+        )
     elif report.ok:
-        lines.append(f"verify: profile {report.profile}: no drift ({n} items)")
+        lines.append(f"verify: profile {_p(report.profile)}: no drift ({n} items)")
     else:
-        lines.append(f"verify: profile {report.profile}: {len(report.drift)} of {n} items drifted")
+        lines.append(
+            f"verify: profile {_p(report.profile)}: {len(report.drift)} of {n} items drifted"
+        )
         rows = [(d.key, _cell(d.expected), _cell(d.actual), d.reason) for d in report.drift]
         lines.append(table(("KEY", "EXPECTED", "ACTUAL", "REASON"), rows).rstrip("\n"))
     for item in report.unsupported:
-        lines.append(f"not on this kernel: {item.key} ({item.reason})")
+        lines.append(f"not on this kernel: {item.key} ({_p(item.reason)})")
     for item in report.unverified:
-        lines.append(f"not verified: {item.key} ({item.action}: {item.reason})")
+        lines.append(f"not verified: {item.key} ({item.action}: {_p(item.reason)})")
     return "\n".join(lines) + "\n"
 
 
@@ -182,19 +192,19 @@ def verify_json(report: VerifyReport, active: ActiveProfile | None = None) -> st
 
 def _active_line(active: ActiveProfile) -> str:
     if active.problem is not None:
-        return f"active profile unknown: {active.problem}"
+        return f"active profile unknown: {_p(active.problem)}"
     if active.name is None:
-        return f"no active profile: not tuned by mcpnode ({active.detail})"
+        return f"no active profile: not tuned by mcpnode ({_p(active.detail)})"
     state = "applied" if active.applied else "not applied"
-    return f"profile {active.name} ({active.source}, {state}: {active.detail})"
+    return f"profile {_p(active.name)} ({_p(active.source)}, {state}: {_p(active.detail)})"
 
 
 def verify_none_text(active: ActiveProfile) -> str:
     """verify with no --profile on a host where no profile is active (or it is unknown)."""
     if active.problem is not None:
-        return f"verify: UNKNOWN, the active profile cannot be told: {active.problem}\n"
+        return f"verify: UNKNOWN, the active profile cannot be told: {_p(active.problem)}\n"
     return (
-        f"verify: UNKNOWN, no active profile: not tuned by mcpnode ({active.detail}).\n"
+        f"verify: UNKNOWN, no active profile: not tuned by mcpnode ({_p(active.detail)}).\n"
         "`mcpnode apply --profile NAME` tunes this host; `mcpnode verify --profile NAME` checks "
         "it against a profile without applying it.\n"
     )
@@ -203,18 +213,18 @@ def verify_none_text(active: ActiveProfile) -> str:
 def active_text(active: ActiveProfile) -> str:
     """`mcpnode profiles active`: the name and where the answer came from."""
     if active.problem is not None:
-        return f"unknown\nsource: journal\nproblem: {active.problem}\n"
+        return f"unknown\nsource: journal\nproblem: {_p(active.problem)}\n"
     if active.name is None:
         return (
             "none\nsource: none (not tuned by mcpnode: "
-            f"{active.detail}; `mcpnode apply --profile NAME` tunes it)\n"
+            f"{_p(active.detail)}; `mcpnode apply --profile NAME` tunes it)\n"
         )
-    lines = [active.name, f"source: {active.source} ({active.detail})"]
+    lines = [active.name, f"source: {_p(active.source)} ({_p(active.detail)})"]
     lines.append(f"applied: {'yes' if active.applied else 'no (configured, not applied)'}")
     if active.by is not None:
-        lines.append(f"by: {active.by}" + (f" at {active.at}" if active.at else ""))
+        lines.append(f"by: {_p(active.by)}" + (f" at {_p(active.at)}" if active.at else ""))
     if active.hash is not None:
-        lines.append(f"content: {active.hash}")
+        lines.append(f"content: {_p(active.hash)}")
     return "\n".join(lines) + "\n"
 
 
@@ -224,8 +234,8 @@ def active_json(active: ActiveProfile) -> str:
 
 def rollback_text(result: RollbackResult) -> str:
     if result.profile is None:
-        return f"nothing to roll back: no journal at {result.journal}\n"
-    lines = [f"rolled back profile {result.profile} (journal {result.journal} removed)"]
+        return f"nothing to roll back: no journal at {_p(result.journal)}\n"
+    lines = [f"rolled back profile {_p(result.profile)} (journal {_p(result.journal)} removed)"]
     lines += _outcome_lines("restored, in reverse order:", result.outcomes)
     return "\n".join(lines) + "\n"
 
@@ -258,17 +268,17 @@ def profiles_json(rows: Sequence[ProfileInfo]) -> str:
 
 def profile_text(profile: Profile) -> str:
     lines = [
-        f"profile {profile.name}: {profile.summary}",
-        f"file: {profile.file}",
+        f"profile {profile.name}: {_p(profile.summary)}",
+        f"file: {_p(profile.file)}",
         f"merged: {' -> '.join(profile.chain)}",
     ]
     if profile.modules:
         lines.append(f"modules: {', '.join(profile.modules)}")
     lines.append("")
     for s in profile.settings:
-        origin = "" if s.source == profile.file else f"    (from {s.source})"
+        origin = "" if s.source == profile.file else f"    (from {_p(s.source)})"
         lines.append(f"{s.key} = {describe(s.desired)}{origin}")
-        lines += [f"    # {c}" for c in s.comment.splitlines() if c]
+        lines += [f"    # {_p(c)}" for c in s.comment.splitlines() if c]
     return "\n".join(lines) + "\n"
 
 
@@ -289,19 +299,19 @@ def profile_json(profile: Profile) -> str:
 
 
 def explain_text(e: Explanation) -> str:
-    lines = [e.key + (f"  ({e.path})" if e.path else "")]
+    lines = [e.key + (f"  ({_p(e.path)})" if e.path else "")]
     if e.current is not None:
-        lines.append(f"  current: {' '.join(e.current.split())}")
+        lines.append(f"  current: {_p(' '.join(e.current.split()))}")
     elif e.current_note:
-        lines.append(f"  current: {e.current_note}")
+        lines.append(f"  current: {_p(e.current_note)}")
     if e.default:
-        lines.append(f"  kernel default: {e.default}")
+        lines.append(f"  kernel default: {_p(e.default)}")
     if e.note:
-        lines.append(f"  why: {e.note}")
+        lines.append(f"  why: {_p(e.note)}")
     if e.set_by:
         for s in e.set_by:
             lines.append(f"  {s.rule}  in {s.file}, used by: {', '.join(s.profiles)}")
-            lines += [f"      # {c}" for c in s.comment.splitlines() if c]
+            lines += [f"      # {_p(c)}" for c in s.comment.splitlines() if c]
     else:
         lines.append("  set by no profile")
     if e.netns:

@@ -57,10 +57,16 @@ class Fleet:
     unreadable: tuple[Unreadable, ...]
 
 
+_DIGITS = re.compile(r"([0-9]{1,18})")
+
+
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key putting `gpu-2` before `gpu-10`."""
+    """Sort key putting `gpu-2` before `gpu-10`. Runs of ASCII digits are numbers, 18 digits at
+    a time (a host name comes from a copied manifest: 5,000 digits are not one int())."""
     return tuple(
-        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part
+        (0, int(part)) if part.isascii() and part.isdigit() else (1, part)
+        for part in _DIGITS.split(name)
+        if part
     )
 
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from mcpnode.fleet.report import FleetReport, Outlier, PropertyReport
+from mcpnode.printable import printable
 
 SCHEMA = "mcpnode.fleet-report/v1"
 NOT_REPORTED = "not reported"
@@ -17,19 +18,21 @@ def as_text(report: FleetReport) -> str:
     lines = [f"fleet: {n} host(s) read, {len(report.unreadable)} unreadable"]
     if report.unreadable:
         lines.append("unreadable:")
-        lines.extend(f"  {u.host}: {u.reason}" for u in report.unreadable)
+        lines.extend(f"  {printable(u.host)}: {printable(u.reason)}" for u in report.unreadable)
     if n:
         for prop in report.properties:
             lines.extend(_property_lines(prop, n))
     outliers = report.outlier_hosts
     lines.append(
-        f"{len(outliers)} outlier host(s)" + (f": {', '.join(outliers)}" if outliers else "")
+        f"{len(outliers)} outlier host(s)"
+        + (f": {printable(', '.join(outliers))}" if outliers else "")
     )
     if report.split_properties:
         lines.append(f"no majority: {', '.join(report.split_properties)}")
     if report.unreadable:
         lines.append(
-            f"{len(report.unreadable)} unreadable: {', '.join(u.host for u in report.unreadable)}"
+            f"{len(report.unreadable)} unreadable: "
+            + printable(", ".join(u.host for u in report.unreadable))
         )
     return "\n".join(lines) + "\n"
 
@@ -38,15 +41,15 @@ def _property_lines(prop: PropertyReport, n: int) -> list[str]:
     if prop.split:
         lines = [f"{prop.name}: no majority ({len(prop.groups)} groups)"]
         lines.extend(
-            f"  {NOT_REPORTED if g.value is None else g.value} ({len(g.hosts)}/{n} hosts): "
-            + ", ".join(g.hosts)
+            f"  {NOT_REPORTED if g.value is None else printable(g.value)}"
+            f" ({len(g.hosts)}/{n} hosts): " + printable(", ".join(g.hosts))
             for g in prop.groups
         )
         return lines
     if prop.majority is None:
         return [f"{prop.name}: {NOT_REPORTED} by any host"]
-    lines = [f"{prop.name}: majority {prop.majority} ({prop.majority_hosts}/{n} hosts)"]
-    lines.extend(f"  {o.host}: {_outlier(o)}" for o in prop.outliers)
+    lines = [f"{prop.name}: majority {printable(prop.majority)} ({prop.majority_hosts}/{n} hosts)"]
+    lines.extend(f"  {printable(o.host)}: {_outlier(o)}" for o in prop.outliers)
     return lines
 
 
@@ -54,8 +57,8 @@ def _outlier(o: Outlier) -> str:
     if o.value is None:
         return NOT_REPORTED
     if o.gpus:
-        return ", ".join(f"GPU {d.index} {d.value} (fleet: {d.fleet})" for d in o.gpus)
-    return o.value
+        return printable(", ".join(f"GPU {d.index} {d.value} (fleet: {d.fleet})" for d in o.gpus))
+    return printable(o.value)
 
 
 def as_json(report: FleetReport) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, NoReturn
 
@@ -53,6 +54,7 @@ _SYS_MIGRATE_PAGES = {
     "s390x": 287,
 }
 _CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
+_TID = re.compile(r"[0-9]{1,7}")
 # include/uapi/linux/mempolicy.h: fail if pages already there break the policy; move them.
 _MPOL_MF_STRICT = 1 << 0
 _MPOL_MF_MOVE = 1 << 1
@@ -106,7 +108,8 @@ class HostProcesses(HostCommands):
             if err.errno in (errno_mod.ENOENT, errno_mod.ESRCH):
                 raise ProcessGone(logical, err.errno, "no such process") from err
             raise _translate(err, logical) from err
-        return tuple(sorted(int(n) for n in names if n.isdigit()))
+        # A pid is at most 7 digits (PID_MAX_LIMIT, 4,194,304: include/linux/threads.h).
+        return tuple(sorted(int(n) for n in names if _TID.fullmatch(n)))
 
     def get_affinity(self, tid: int) -> frozenset[int]:
         """CPU affinity of a live thread (sched_getaffinity(2); 0 = the calling thread).

@@ -36,7 +36,8 @@ HOST_DIRECTIONS: tuple[HostDirection, ...] = ("h2d", "d2h")
 __all__ = ["PROBE_SCHEMA", "ProbeDataError", "ProbeRun", "dumps", "parse_run", "run_json"]
 
 _PCI_RE = re.compile(r"([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
-_SCHEMA_RE = re.compile(r"mcpnode\.probe/v(\d+)")
+# A bounded version: `v` and 5,000 digits is another schema, not an int() to convert.
+_SCHEMA_RE = re.compile(r"mcpnode\.probe/v([0-9]{1,6})")
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,8 @@ def parse_run(data: bytes | str, source: str) -> ProbeRun:
     schema = top.get("schema")
     m = _SCHEMA_RE.fullmatch(schema) if isinstance(schema, str) else None
     if m is None:
-        raise r.fail("schema", f"{schema!r} is not {PROBE_SCHEMA}")
+        shown = schema if not isinstance(schema, str) or len(schema) <= 60 else schema[:60] + "…"
+        raise r.fail("schema", f"{shown!r} is not {PROBE_SCHEMA}")
     if int(m.group(1)) != 1:
         raise r.fail("schema", f"{schema} is not {PROBE_SCHEMA}; this mcpnode reads v1 only")
     s = r.obj(r.get(top, "settings", ""), "settings")

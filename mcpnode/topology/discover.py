@@ -53,9 +53,12 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
     with host.oneshot():
         identity = sysfs.read_identity(host, problems)
         cpus = sysfs.read_cpus(host, problems)
-        raw_nodes = sysfs.read_nodes(host, problems)
+        # Every later cpulist is bounded by the possible CPUs: a 64 KiB `0-65535,...` list on a
+        # 80-CPU host is garbage at the first id past them, not 65,536 CPUs to place.
+        limit = sysfs.cpu_limit(cpus.possible)
+        raw_nodes = sysfs.read_nodes(host, problems, limit)
         process = sysfs.read_process_cpus(host, problems)
-        raw_pci = sysfs.walk_pci(host, problems)
+        raw_pci = sysfs.walk_pci(host, problems, limit)
         rdma_class = sysfs.read_rdma_class(host, problems)
         nvidia_claimed = sysfs.read_nvidia_driver_gpus(host)
     # A cpuset may name CPUs that are offline or absent (cgroup v1 `cpuset.effective_cpus` on

@@ -656,7 +656,9 @@ def natural_key(name: str) -> tuple[object, ...]:
     num = ""
     text = ""
     for ch in name:
-        if ch.isdigit():
+        # ASCII digits only: str.isdigit() is also true of `²`, which int() refuses, and a
+        # directory name (a netdev's, an RDMA device's) may hold one.
+        if "0" <= ch <= "9":
             if text:
                 out.append(text)
                 text = ""

@@ -105,7 +105,7 @@ class _Gpu:
             self.unavailable.append((fact, "GpuIsLost"))
         except NvmlError as err:
             self.unavailable.append((fact, err.name))
-        except (TypeError, ValueError, KeyError, IndexError) as err:
+        except (TypeError, ValueError, OverflowError, KeyError, IndexError) as err:
             # A recorded or live answer of the wrong shape: a fact we cannot use, said as such.
             self.unavailable.append((fact, f"malformed answer: {err}"))
         return None
@@ -130,7 +130,7 @@ class _Gpu:
             except NvmlError as err:
                 self.unavailable.append((fact, err.name))
                 return None
-            except (TypeError, ValueError, KeyError, IndexError) as err:
+            except (TypeError, ValueError, OverflowError, KeyError, IndexError) as err:
                 self.unavailable.append((fact, f"malformed answer: {err}"))
                 return None
         if self.lost:
@@ -185,7 +185,7 @@ def _p2p(backend: GpuBackend, gpus: tuple[NvmlGpu, ...]) -> tuple[P2pStatus, ...
             except NvmlError as err:
                 out.append(P2pStatus(a.index, b.index, None, err.name))
                 continue
-            except (TypeError, ValueError) as err:
+            except (TypeError, ValueError, OverflowError) as err:
                 out.append(P2pStatus(a.index, b.index, None, f"malformed answer: {err}"))
                 continue
             out.append(P2pStatus(a.index, b.index, P2P_STATUS.get(code, "U")))
@@ -431,7 +431,7 @@ def _mig_devices(g: _Gpu) -> tuple[MigDevice, ...] | None:
                     slices=int(info["gpuInstanceSliceCount"]),
                 )
             )
-        except (TypeError, ValueError, KeyError) as err:
+        except (TypeError, ValueError, OverflowError, KeyError) as err:
             g.unavailable.append(("mig_devices", f"malformed answer: {err}"))
             return None
     return tuple(out)

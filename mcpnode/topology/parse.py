@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from mcpnode.bounded import MAX_CPU, BoundError, cpulist_ids, parse_decimal
+from mcpnode.bounded import MAX_CPU, MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
 from mcpnode.errors import McpnodeError
 from mcpnode.topology.model import CpuSet, PciAddress
 
@@ -50,20 +50,26 @@ def parse_cpulist(text: str, limit: int = MAX_CPU) -> CpuSet:
         raise ParseError(str(err)) from None
 
 
-def parse_cpumask(text: str) -> CpuSet:
+def parse_cpumask(text: str, limit: int = MAX_CPU) -> CpuSet:
     """Kernel hex mask: comma-separated 32-bit words, most significant first
-    (`00000000,0000ffff` = CPUs 0-15), as in `local_cpus`, `cpumap`, `Cpus_allowed`."""
+    (`00000000,0000ffff` = CPUs 0-15), as in `local_cpus`, `cpumap`, `Cpus_allowed`. Bounded as
+    parse_cpulist: at most 64 KiB, no CPU at or above `limit`, one pass over the digits."""
+    if len(text) > MAX_CPULIST_BYTES:
+        raise ParseError(f"cpu mask of {len(text)} bytes (at most {MAX_CPULIST_BYTES})")
     t = text.strip().replace(",", "")
     if not t or not re.fullmatch(r"[0-9a-fA-F]+", t):
         raise ParseError(f"not a hex cpu mask: {_clip(text)!r}")
-    value = int(t, 16)
     out = set()
-    bit = 0
-    while value:
-        if value & 1:
-            out.add(bit)
-        value >>= 1
-        bit += 1
+    for pos, digit in enumerate(reversed(t)):
+        nibble = int(digit, 16)
+        for bit in range(4):
+            if nibble >> bit & 1:
+                cpu = pos * 4 + bit
+                if cpu >= limit:
+                    raise ParseError(
+                        f"cpu {cpu} in the mask is past the last possible cpu {limit - 1}"
+                    )
+                out.add(cpu)
     return CpuSet(out)
 
 
@@ -83,20 +89,19 @@ def parse_distances(text: str) -> tuple[int, ...]:
     parts = text.split()
     if not parts:
         raise ParseError("empty distance row")
-    values = []
-    for p in parts:
-        if not p.isdigit():
-            raise ParseError(f"not a distance row: {_clip(text)!r}")
-        values.append(int(p))
-    return tuple(values)
+    try:
+        # A SLIT entry is one byte (ACPI 6.5, 5.2.17); the kernel prints node_distance() as %d.
+        return tuple(parse_decimal(p, max_digits=3, minimum=0, maximum=255) for p in parts)
+    except BoundError as err:
+        raise ParseError(f"not a distance row ({err}): {_clip(text)!r}") from None
 
 
 def parse_node_meminfo_total_kib(text: str) -> int:
     """MemTotal from `nodeN/meminfo` (`Node 0 MemTotal:       16746352 kB`)."""
-    m = re.search(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    m = re.search(r"^Node\s+[0-9]+\s+MemTotal:\s+([0-9]+)\s*kB", text, re.MULTILINE | re.ASCII)
     if not m:
         raise ParseError("no 'Node N MemTotal: ... kB' line in node meminfo")
-    return int(m.group(1))
+    return parse_int(m.group(1))
 
 
 _SPEED_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s(?:\s+PCIe)?\s*$")

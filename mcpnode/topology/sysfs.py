@@ -8,11 +8,13 @@ the topology.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from mcpnode.bounded import MAX_CPU
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.topology import parse
@@ -43,9 +45,12 @@ PROC_OSRELEASE = "/proc/sys/kernel/osrelease"
 # What a published manifest's freshness is checked against (placement/source.py).
 PROC_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SYS_UEVENT_SEQNUM = "/sys/kernel/uevent_seqnum"
+# Node ids are below MAX_NUMNODES = 1 << CONFIG_NODES_SHIFT, at most 10 on x86_64 and arm64
+# (Linux 6.x, mm/Kconfig and arch/*/Kconfig NODES_SHIFT).
+MAX_NUMNODES = 1 << 10
 
-_CPU_DIR = re.compile(r"^cpu(\d+)$")
-_NODE_DIR = re.compile(r"^node(\d+)$")
+_CPU_DIR = re.compile(r"^cpu([0-9]{1,5})$")
+_NODE_DIR = re.compile(r"^node([0-9]{1,4})$")
 _VIRTIO_DIR = re.compile(r"^virtio\d+$")
 
 
@@ -106,8 +111,9 @@ def read_cpus(host: Host, problems: Problems) -> CpuTopology:
     except HostError as err:
         problems.add("cpu.unreadable", SYS_CPU, f"{type(err).__name__}: {err.detail}")
     possible = read_value(host, f"{SYS_CPU}/possible", parse.parse_cpulist, problems)
-    present = read_value(host, f"{SYS_CPU}/present", parse.parse_cpulist, problems)
-    online = read_value(host, f"{SYS_CPU}/online", parse.parse_cpulist, problems)
+    cpulist = functools.partial(parse.parse_cpulist, limit=cpu_limit(possible))
+    present = read_value(host, f"{SYS_CPU}/present", cpulist, problems)
+    online = read_value(host, f"{SYS_CPU}/online", cpulist, problems)
     if present is None:
         present = CpuSet(listed)
         if listed:
@@ -120,7 +126,7 @@ def read_cpus(host: Host, problems: Problems) -> CpuTopology:
     cpus = []
     for cpu_id in sorted(present):
         base = f"{SYS_CPU}/cpu{cpu_id}/topology"
-        siblings = read_value(host, f"{base}/thread_siblings_list", parse.parse_cpulist, problems)
+        siblings = read_value(host, f"{base}/thread_siblings_list", cpulist, problems)
         cpus.append(
             Cpu(
                 id=cpu_id,
@@ -157,7 +163,16 @@ class RawNodes:
     has_memory: CpuSet | None
 
 
-def read_nodes(host: Host, problems: Problems) -> RawNodes:
+def cpu_limit(possible: CpuSet | None) -> int:
+    """One past the highest CPU any other cpulist or mask may name: the kernel sizes every
+    cpumask to nr_cpu_ids, which is `possible`'s last id + 1 (kernel/cpu.c, Linux 2.6.26+); a
+    root without `possible` gets the documented cap, bounded.MAX_CPU."""
+    return max(possible) + 1 if possible else MAX_CPU
+
+
+def read_nodes(host: Host, problems: Problems, cpus_limit: int = MAX_CPU) -> RawNodes:
+    """The node directories, their CPUs (no id at or above `cpus_limit`), memory and distances;
+    node lists bounded by MAX_NUMNODES."""
     ids: list[int] = []
     try:
         for e in host.scandir(SYS_NODE):
@@ -169,12 +184,15 @@ def read_nodes(host: Host, problems: Problems) -> RawNodes:
         pass
     except HostError as err:
         problems.add("numa.unreadable", SYS_NODE, f"{type(err).__name__}: {err.detail}")
+    cpulist = functools.partial(parse.parse_cpulist, limit=cpus_limit)
+    cpumask = functools.partial(parse.parse_cpumask, limit=cpus_limit)
+    nodelist = functools.partial(parse.parse_cpulist, limit=MAX_NUMNODES)
     nodes = []
     for node_id in sorted(ids):
         base = f"{SYS_NODE}/node{node_id}"
-        cpus = read_value(host, f"{base}/cpulist", parse.parse_cpulist, problems)
+        cpus = read_value(host, f"{base}/cpulist", cpulist, problems)
         if cpus is None:
-            cpus = read_value(host, f"{base}/cpumap", parse.parse_cpumask, problems)
+            cpus = read_value(host, f"{base}/cpumap", cpumask, problems)
         nodes.append(
             RawNode(
                 id=node_id,
@@ -188,11 +206,11 @@ def read_nodes(host: Host, problems: Problems) -> RawNodes:
     # `has_memory` is N_MEMORY (Linux 3.8+). Without it discover uses each node's MemTotal, not
     # `has_normal_memory`: that one leaves out nodes whose memory is all ZONE_MOVABLE or HIGHMEM
     # (hotplugged, CXL), and in 48amd64-4pa2n6c-sparse it still says 0-7 for nodes 0-2,33,...,73.
-    has_memory = read_value(host, f"{SYS_NODE}/has_memory", parse.parse_cpulist, problems)
+    has_memory = read_value(host, f"{SYS_NODE}/has_memory", nodelist, problems)
     return RawNodes(
         nodes=tuple(nodes),
-        online=read_value(host, f"{SYS_NODE}/online", parse.parse_cpulist, problems),
-        has_cpu=read_value(host, f"{SYS_NODE}/has_cpu", parse.parse_cpulist, problems),
+        online=read_value(host, f"{SYS_NODE}/online", nodelist, problems),
+        has_cpu=read_value(host, f"{SYS_NODE}/has_cpu", nodelist, problems),
         has_memory=has_memory,
     )
 
@@ -203,7 +221,9 @@ def read_nodes(host: Host, problems: Problems) -> RawNodes:
 def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
     """Cpus_allowed_list / Mems_allowed_list of the reading process; for dumps without
     /proc/self/status, the cgroup cpuset (v2 `cpuset.cpus.effective`, v1 `cpuset.cpus`) found
-    through /proc/self/cgroup (or the older /proc/self/cpuset) and the mount table."""
+    through /proc/self/cgroup (or the older /proc/self/cpuset) and the mount table. The CPUs are
+    bounded by bounded.MAX_CPU, not by `possible`: a cpuset may name CPUs this root lacks, and
+    discover clips it to the online ones."""
     status_path = f"{PROC_SELF}/status"
     status = read_value(host, status_path, _strip, problems)
     if status:
@@ -211,7 +231,7 @@ def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
         mems_text = parse.parse_status_field(status, "Mems_allowed_list")
         try:
             cpus = parse.parse_cpulist(cpus_text) if cpus_text is not None else None
-            mems = parse.parse_cpulist(mems_text) if mems_text is not None else None
+            mems = parse.parse_cpulist(mems_text, MAX_NUMNODES) if mems_text is not None else None
         except parse.ParseError as err:
             problems.add("process.cpus.garbage", status_path, str(err))
         else:
@@ -248,12 +268,13 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
             pre = "" if fstype == "cpuset" or "noprefix" in opts else "cpuset."
             candidates.append((mnt, cg, f"{pre}effective_cpus", f"{pre}effective_mems"))
             candidates.append((mnt, cg, f"{pre}cpus", f"{pre}mems"))
+    nodelist = functools.partial(parse.parse_cpulist, limit=MAX_NUMNODES)
     for mnt, cg, cpus_file, mems_file in candidates:
         base = mnt.rstrip("/") + ("/" + cg.strip("/") if cg.strip("/") else "")
         cpus = read_value(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
         if cpus is None:
             continue
-        mems = read_value(host, f"{base}/{mems_file}", parse.parse_cpulist, problems)
+        mems = read_value(host, f"{base}/{mems_file}", nodelist, problems)
         return ProcessCpus(cpus=cpus, mems=mems, source=f"{base}/{cpus_file}")
     return ProcessCpus(cpus=None, mems=None, source=None)
 
@@ -371,8 +392,11 @@ class _Values:
     every file that held it. Values are immutable, so sharing them is safe.
     """
 
-    def __init__(self, problems: Problems) -> None:
+    def __init__(self, problems: Problems, cpus_limit: int = MAX_CPU) -> None:
         self.problems = problems
+        # one parser object each, so the memo below is keyed on it once per walk
+        self.cpulist = functools.partial(parse.parse_cpulist, limit=cpus_limit)
+        self.cpumask = functools.partial(parse.parse_cpumask, limit=cpus_limit)
         # parser -> text -> value; texts the parser refused -> its message
         self._memo: defaultdict[Callable[[str], object], dict[str, object]] = defaultdict(dict)
         self._refused: defaultdict[Callable[[str], object], dict[str, str]] = defaultdict(dict)
@@ -491,9 +515,9 @@ class _Values:
         # discovery has always reported (the mask only when the list is missing or
         # unreadable), and its meaning does not hang on the mask's width, which an edited dump
         # gets wrong by a 32-bit group as easily as by a digit.
-        local = one("local_cpulist", parse.parse_cpulist)
+        local = one("local_cpulist", self.cpulist)
         if "local_cpus" in attrs:
-            masked = one("local_cpus", parse.parse_cpumask)
+            masked = one("local_cpus", self.cpumask)
             if local is None:
                 local = masked
             elif masked is not None and local != masked:
@@ -553,7 +577,7 @@ def _why(err: HostError) -> str:
     return f"{type(err).__name__}: {err.detail}"
 
 
-def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
+def walk_pci(host: Host, problems: Problems, cpus_limit: int = MAX_CPU) -> list[RawPci]:
     """Every PCI function under /sys/devices/pci*, found by walking real directories only.
 
     The walk descends into `DDDD:BB:DD.F` subdirectories (bridges hold their children) and into
@@ -568,7 +592,7 @@ def walk_pci(host: Host, problems: Problems) -> list[RawPci]:
     except HostError as err:
         problems.add("pci.unreadable", SYS_DEVICES, _why(err))
         return out
-    values = _Values(problems)
+    values = _Values(problems, cpus_limit)
     # (directory, host bridge name, ancestors, its subdirectories when already listed, the
     # function whose directory it is)
     Item = tuple[str, str, tuple[PciAddress, ...], "list[str] | None", "RawPci | None"]

@@ -58,7 +58,11 @@ class Version:
         return (self.major, self.minor, self.patch)
 
 
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-~]([0-9A-Za-z][0-9A-Za-z.-]*))?")
+# Parts of at most 9 ASCII digits: the text is a command's output, which int() would otherwise
+# refuse past 4,300 digits with a traceback.
+_VERSION = re.compile(
+    r"v?([0-9]{1,9})\.([0-9]{1,9})(?:\.([0-9]{1,9}))?(?:[-~]([0-9A-Za-z][0-9A-Za-z.-]*))?"
+)
 
 
 def parse_version(text: str) -> Version | None:
@@ -73,7 +77,9 @@ def parse_version(text: str) -> Version | None:
     major, minor, patch, tag = m.group(1), m.group(2), m.group(3), m.group(4)
     if tag is None:
         return Version(int(major), int(minor), int(patch or 0))
-    fields = tuple((0, int(f), "") if f.isdigit() else (1, 0, f) for f in tag.split("."))
+    fields = tuple(
+        (0, int(f), "") if f.isdigit() and len(f) <= 9 else (1, 0, f) for f in tag.split(".")
+    )
     return Version(int(major), int(minor), int(patch or 0), 0, fields)
 
 
