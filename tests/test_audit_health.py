@@ -87,7 +87,11 @@ INTENT: dict[str, list[tuple[str, str | None, str]]] = {
     "hgx-xid-79": [("gpu.xid", SICK, "FAIL"), ("gpu.xid", "0000:18:00.0", "PASS")],
     "hgx-xid-13": [("gpu.xid", SICK, "WARN")],
     "hgx-xid-63-resolved": [("gpu.xid", SICK, "INFO")],
-    "hgx-xid-63-pending": [("gpu.xid", SICK, "FAIL"), ("gpu.row-remap", SICK, "FAIL")],
+    # NVIDIA's catalogue: Xid 63 is IGNORE; the pending remap is gpu.row-remap's FAIL
+    "hgx-xid-63-pending": [("gpu.xid", SICK, "INFO"), ("gpu.row-remap", SICK, "FAIL")],
+    "hgx-xid-mig-94": [("gpu.xid", SICK, "WARN")],
+    "hgx-xid-149-fatal": [("gpu.xid", SICK, "FAIL")],
+    "hgx-xid-109-nhc": [("gpu.xid", SICK, "WARN")],
     "hgx-sxid-fatal": [("gpu.sxid", "0000:07:00.0", "FAIL"), ("gpu.sxid", "0000:05:00.0", "PASS")],
     "hgx-kmsg-absent": [("gpu.xid", None, "SKIP")],
     "hgx-throttle-hw-slowdown": [("gpu.throttle", SICK, "FAIL")],
@@ -232,7 +236,8 @@ def test_xid_finding_names_meaning_action_and_time() -> None:
     assert "Xid 79" in f["summary"] and "fallen off the bus" in f["summary"]
     ev = {e["source"]: e["value"] for e in f["evidence"]}
     assert ev["Xid 79 (kmsg)"].startswith("x1, last at 2d 07:33:20 after boot")
-    assert "hardware, RESTART_BM" in ev["Xid 79 (kmsg)"]
+    assert "immediate action RESTART_BM, investigatory CONTACT_SUPPORT" in ev["Xid 79 (kmsg)"]
+    assert ev["Xid 79 verdict"] == "FAIL: NVIDIA's Xid Catalog: immediate action RESTART_BM"
     assert "reboot" in f["remedy"]
 
 
@@ -401,12 +406,11 @@ def test_xid_154_takes_its_action_from_the_message() -> None:
     assert none is not None and none.action == "NONE" and not none.fatal
 
 
-def test_unknown_xid_warns_not_passes() -> None:
+def test_unknown_xid_says_so_without_guessing() -> None:
     unknown = info(999)
-    assert not unknown.fatal and "not in mcpnode's table" in unknown.name
-    assert info(79).fatal and not info(13).fatal and not info(31).fatal and not info(43).fatal
-    for xid in (48, 63, 64, 74, 79, 92, 93, 94, 95, 119, 120):  # the and NHC's list
-        assert info(xid).fatal, xid
+    assert not unknown.known and unknown.immediate is None and unknown.investigatory is None
+    assert unknown.name.startswith("not in NVIDIA's Xid Catalog as of ")
+    assert info(79).immediate == "RESTART_BM" and info(13).immediate == "RESTART_APP"
 
 
 @pytest.mark.parametrize(
@@ -423,7 +427,7 @@ def test_parse_kmsg_and_journal_records() -> None:
     j = parse_journal_line("[   12.5] node kernel: NVRM: hi")
     assert j == LogRecord("NVRM: hi", None, 12_500_000)
     assert parse_journal_line("-- Boot 1f2e --") is None
-    assert since_boot(200_000 * 1_000_000) == "2d 07:33:20" and since_boot(None) == "?"
+    assert since_boot(200_000 * 1_000_000) == "2d 07:33:20" and since_boot(None) == "unknown"
 
 
 def test_parse_sxid() -> None:
