@@ -375,6 +375,25 @@ XID_109 = (
     "errorString CTX SWITCH TIMEOUT, Info 0x58005",
     4,
 )
+# Linux 4.19 - 5.x name the AER counters with spaces (drivers/pci/pcie/aer.c,
+# aer_correctable_error_string before the short names of later kernels)
+AER_419_CORRECTABLE = (
+    "Receiver Error 0\nBad TLP 0\nBad DLLP 0\nRELAY_NUM Rollover 0\nReplay Timer Timeout 0\n"
+    "Advisory Non-Fatal 0\nCorrected Internal Error 0\nHeader Log Overflow 0\n"
+    "TOTAL_ERR_COR 0\n"
+)
+AER_419_FATAL = (
+    "Undefined 0\nData Link Protocol 0\nSurprise Down Error 0\nPoisoned TLP 0\n"
+    "Flow Control Protocol 0\nCompletion Timeout 0\nCompleter Abort 0\n"
+    "Unexpected Completion 0\nReceiver Overflow 0\nMalformed TLP 0\nECRC 0\n"
+    "Unsupported Request 0\nACS Violation 0\nUncorrectable Internal Error 0\n"
+    "MC Blocked TLP 0\nAtomicOp Egress Blocked 0\nTLP Prefix Blocked Error 0\n"
+)
+AER_419 = {
+    "aer_dev_correctable": AER_419_CORRECTABLE,
+    "aer_dev_fatal": AER_419_FATAL + "TOTAL_ERR_FATAL 0\n",
+    "aer_dev_nonfatal": AER_419_FATAL + "TOTAL_ERR_NONFATAL 0\n",
+}
 OPEN_DRIVER = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build  "
     "(dvs-builder@U16-I3-B03-4-3)  Tue Feb 25 10:17:04 UTC 2025\n"
@@ -492,6 +511,7 @@ CASES: dict[str, dict[str, Any]] = {
             SICK: {"aer_dev_correctable": fixturegen.aer_text("correctable", {"BadTLP": 3_000_000})}
         }
     },
+    "hgx-aer-linux-4.19": {"device_files": {SICK: AER_419, SICK_PORT: AER_419}},
     "hgx-nic-x8": {"device_files": {"0000:5e:00.0": {"current_link_width": "8\n"}}},
     # NVLink: error counters, links missing
     "hgx-nvlink-replay-errors": {"nvml": "nvlink-replay-errors"},

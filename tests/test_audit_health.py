@@ -92,6 +92,7 @@ INTENT: dict[str, list[tuple[str, str | None, str]]] = {
     "hgx-xid-mig-94": [("gpu.xid", SICK, "WARN")],
     "hgx-xid-149-fatal": [("gpu.xid", SICK, "FAIL")],
     "hgx-xid-109-nhc": [("gpu.xid", SICK, "WARN")],
+    "hgx-aer-linux-4.19": [("pcie.aer", SICK, "PASS")],
     "hgx-sxid-fatal": [("gpu.sxid", "0000:07:00.0", "FAIL"), ("gpu.sxid", "0000:05:00.0", "PASS")],
     "hgx-kmsg-absent": [("gpu.xid", None, "SKIP")],
     "hgx-throttle-hw-slowdown": [("gpu.throttle", SICK, "FAIL")],
@@ -459,6 +460,37 @@ def test_parse_aer() -> None:
         parse_aer("RxErr 0\n", "correctable")
     with pytest.raises(AerParseError, match="not `NAME COUNT`"):
         parse_aer("RxErr zero\nTOTAL_ERR_COR 0\n", "correctable")
+
+
+def test_parse_aer_of_linux_4_19_names_with_spaces() -> None:
+    """4.19 - 5.x print aer.c's long names (`RELAY_NUM Rollover 0`): a clean Debian 10-era
+    host must not read as malformed (the hgx-aer-linux-4.19 case holds the whole files)."""
+    got = parse_aer(auditroot.AER_419_CORRECTABLE, "correctable")
+    assert got["RELAY_NUM Rollover"] == 0 and got["Receiver Error"] == 0 and got["TOTAL"] == 0
+    got = parse_aer("Receiver Error 2\nBad TLP 0\nTOTAL_ERR_COR 2\n", "correctable")
+    assert got == {"Receiver Error": 2, "Bad TLP": 0, "TOTAL": 2}
+    with pytest.raises(AerParseError, match="not `NAME COUNT`"):
+        parse_aer("Receiver Error two\nTOTAL_ERR_COR 0\n", "correctable")
+    with pytest.raises(AerParseError, match="not `NAME COUNT`"):
+        parse_aer("7\nTOTAL_ERR_COR 0\n", "correctable")
+
+
+def test_device_without_aer_capability_is_judged_by_its_port(tmp_path: Path) -> None:
+    """The kernel creates aer_dev_* only for a device with the AER capability; its port's
+    counters still say what happened on the link."""
+    root = auditroot.build(
+        tmp_path,
+        device_files={
+            auditroot.SICK_PORT: {"aer_dev_fatal": fixturegen.aer_text("fatal", {"DLP": 1})}
+        },
+    )
+    for kind in ("fatal", "nonfatal", "correctable"):
+        (auditroot.device_dir(root, SICK) / f"aer_dev_{kind}").unlink()
+    with Host(root) as host:
+        report = run_audit(host, only=["pcie.aer"])
+    (f,) = [x for x in report.findings if x.subject == SICK]
+    assert f.status.value == "FAIL"
+    assert any("no AER capability" in e.value for e in f.evidence)
 
 
 def test_malformed_aer_file_is_a_fail_naming_it(tmp_path: Path) -> None:
