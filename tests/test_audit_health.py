@@ -698,3 +698,42 @@ def test_topo_p2p_shows_acs_on_the_path(tmp_path: Path) -> None:
 
 def test_topo_p2p_without_gpus() -> None:
     assert _p2p(auditroot.HOSTS / auditroot.NO_GPU).startswith("No NVIDIA GPUs found")
+
+
+def test_expect_write_then_audit_without_nvml_passes(tmp_path: Path) -> None:
+    """A host without NVML audited against the inventory it wrote: the PCI functions are
+    counted and match; NVML's count is named as missing, never a FAIL of the inventory."""
+    root = auditroot.build(tmp_path / "root", nvml="driver-not-loaded")
+    out = tmp_path / "n.toml"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["expect", "--root", str(root), "--write", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(
+        cli,
+        [
+            "audit",
+            "--root",
+            str(root),
+            "--expect",
+            str(out),
+            "--only",
+            "expect",
+            "--format",
+            "json",
+        ],
+    )
+    doc = json.loads(res.stdout)
+    statuses = {f["id"]: f["status"] for f in doc["findings"]}
+    assert "FAIL" not in statuses.values(), doc["findings"]
+    (count,) = [f for f in doc["findings"] if f["id"] == "expect.gpu.count"]
+    assert count["status"] == "PASS" and "not counted in NVML" in count["summary"]
+    nvml = {e["source"]: e["value"] for e in count["evidence"]}["nvmlDeviceGetCount"]
+    assert nvml.startswith("not counted: NVML unavailable (")
+    # one GPU fewer on the bus than written: the PCI count alone FAILs, without a reboot hint
+    # that blames NVML
+    gone = auditroot.build(tmp_path / "gone", nvml="driver-not-loaded", unplug=("0000:db:00.0",))
+    res = runner.invoke(
+        cli, ["audit", "--root", str(gone), "--expect", str(out), "--only", "expect.gpu.count"]
+    )
+    assert res.exit_code == 1
+    assert "7 on the PCI bus, expected 8 (not counted in NVML: unavailable)" in res.stdout
