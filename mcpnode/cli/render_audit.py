@@ -60,8 +60,9 @@ def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> s
 
     titles = area_titles()
     lines = [
-        f"mcpnode audit: host {report.host or '?'}, kernel {report.kernel or '?'}, "
-        f"profile {report.profile or '?'}",
+        f"mcpnode audit: host {report.host or 'unknown (no hostname recorded)'}, kernel "
+        f"{report.kernel or 'unknown (no /proc/version)'}, "
+        f"{f'profile {report.profile}' if report.profile else 'no tuning profile checked'}",
         "",
     ]
     for area, findings in _groups(report):

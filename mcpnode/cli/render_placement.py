@@ -15,15 +15,15 @@ def as_text(manifest: dict[str, Any], published: str | None = None) -> str:
     host = manifest["host"]
     place = manifest["placement"]
     lines = [
-        f"host {host['hostname'] or '?'}  kernel {host['kernel'] or '?'}"
-        f"  driver {host['driver'] or '?'}  {manifest['content_hash'][:19]}",
+        f"host {host['hostname'] or 'unknown'}  kernel {host['kernel'] or 'unknown'}"
+        f"  driver {host['driver'] or 'not recorded'}  {manifest['content_hash'][:19]}",
         f"housekeeping CPUs {place['housekeeping_cpus'] or '-'} ({place['housekeeping_policy']})",
         "",
         f"{'GPU':<4} {'NODE':<5} {'SLICE':<24} {'MEM':<4} {'NICS':<28} {'NVLINK PEERS':<16} UUID",
     ]
     for g in place["gpus"]:
         nics = ",".join(f"{n['rdma'] or n['address']}({n['bucket']})" for n in g["nics"]) or "-"
-        node = "?" if g["numa_node"] is None else str(g["numa_node"])
+        node = "unknown" if g["numa_node"] is None else str(g["numa_node"])
         peers = ",".join(str(p) for p in g["nvlink_peers"]) or "-"
         lines.append(
             f"{g['index']:<4} {node:<5} {g['slice_cpus'] or '-':<24} {g['memory_nodes'] or '-':<4}"
@@ -32,6 +32,11 @@ def as_text(manifest: dict[str, Any], published: str | None = None) -> str:
     tuning = manifest["tuning"]
     if tuning["error"]:
         lines.append(f"\ntuning: not verified ({tuning['error']})")
+    elif tuning["profile"] is None:
+        lines.append("\ntuning: no active profile (not tuned by mcpnode)")
+    elif tuning["compliant"] is None:
+        why = tuning.get("unknown_reason") or "compliance could not be told"
+        lines.append(f"\ntuning: profile {tuning['profile']}, compliance unknown ({why})")
     else:
         state = "compliant" if tuning["compliant"] else f"{len(tuning['drift'])} key(s) drifted"
         lines.append(f"\ntuning: profile {tuning['profile']}, {state}")
