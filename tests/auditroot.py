@@ -354,6 +354,46 @@ SXID_FATAL = (
     "sourcetrack TCEN0 crumbstore ECC DBE Error",
     3,
 )
+# NVIDIA, "GPU Memory Error Management", the contained-error example with MIG attribution
+# (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html), on GPU 2's address
+XID_94_MIG = (
+    UP_S,
+    "NVRM: Xid (PCI:0000:3a:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). "
+    "RST: No, D-RST: No",
+    4,
+)
+# A GB200's NVLink 5 fatal link event (the R575 format: sub-unit, severity, registers)
+XID_149_FATAL = (
+    UP_S,
+    "NVRM: Xid (PCI:0000:3a:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 "
+    "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+    4,
+)
+XID_109 = (
+    UP_S,
+    "NVRM: Xid (PCI:0000:3a:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, "
+    "errorString CTX SWITCH TIMEOUT, Info 0x58005",
+    4,
+)
+# Linux 4.19 - 5.x name the AER counters with spaces (drivers/pci/pcie/aer.c,
+# aer_correctable_error_string before the short names of later kernels)
+AER_419_CORRECTABLE = (
+    "Receiver Error 0\nBad TLP 0\nBad DLLP 0\nRELAY_NUM Rollover 0\nReplay Timer Timeout 0\n"
+    "Advisory Non-Fatal 0\nCorrected Internal Error 0\nHeader Log Overflow 0\n"
+    "TOTAL_ERR_COR 0\n"
+)
+AER_419_FATAL = (
+    "Undefined 0\nData Link Protocol 0\nSurprise Down Error 0\nPoisoned TLP 0\n"
+    "Flow Control Protocol 0\nCompletion Timeout 0\nCompleter Abort 0\n"
+    "Unexpected Completion 0\nReceiver Overflow 0\nMalformed TLP 0\nECRC 0\n"
+    "Unsupported Request 0\nACS Violation 0\nUncorrectable Internal Error 0\n"
+    "MC Blocked TLP 0\nAtomicOp Egress Blocked 0\nTLP Prefix Blocked Error 0\n"
+)
+AER_419 = {
+    "aer_dev_correctable": AER_419_CORRECTABLE,
+    "aer_dev_fatal": AER_419_FATAL + "TOTAL_ERR_FATAL 0\n",
+    "aer_dev_nonfatal": AER_419_FATAL + "TOTAL_ERR_NONFATAL 0\n",
+}
 OPEN_DRIVER = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build  "
     "(dvs-builder@U16-I3-B03-4-3)  Tue Feb 25 10:17:04 UTC 2025\n"
@@ -446,6 +486,14 @@ CASES: dict[str, dict[str, Any]] = {
     "hgx-xid-63-resolved": {"files": {"dev/kmsg": kmsg(HGX, XID_63)}},
     "hgx-xid-63-pending": {"files": {"dev/kmsg": kmsg(HGX, XID_63)}, "nvml": "remap-pending"},
     "hgx-sxid-fatal": {"files": {"dev/kmsg": kmsg(HGX, SXID_FATAL)}},
+    "hgx-xid-mig-94": {"files": {"dev/kmsg": kmsg(HGX, XID_94_MIG)}},
+    "hgx-xid-149-fatal": {"files": {"dev/kmsg": kmsg(HGX, XID_149_FATAL)}},
+    "hgx-xid-109-nhc": {
+        "files": {
+            "dev/kmsg": kmsg(HGX, XID_109),
+            "etc/mcpnode/mcpnode.toml": '[audit.xid]\npolicy = "nhc"\n',
+        }
+    },
     "hgx-kmsg-absent": {"files": {"dev/kmsg": None}},
     # clocks, thermal, power (NVML)
     "hgx-throttle-hw-slowdown": {"nvml": "throttle-hw-slowdown"},
@@ -463,6 +511,7 @@ CASES: dict[str, dict[str, Any]] = {
             SICK: {"aer_dev_correctable": fixturegen.aer_text("correctable", {"BadTLP": 3_000_000})}
         }
     },
+    "hgx-aer-linux-4.19": {"device_files": {SICK: AER_419, SICK_PORT: AER_419}},
     "hgx-nic-x8": {"device_files": {"0000:5e:00.0": {"current_link_width": "8\n"}}},
     # NVLink: error counters, links missing
     "hgx-nvlink-replay-errors": {"nvml": "nvlink-replay-errors"},

@@ -81,7 +81,10 @@ def views(root: Path) -> dict[str, Any]:
 def test_nobody_tuned_it(root: Path) -> None:
     v = views(root)
     assert (v["active"]["name"], v["active"]["source"]) == (None, "none")
-    assert v["verify"][0] == UNKNOWN and "no active profile" in v["verify"][1]
+    # --format json is JSON in every outcome, this one included (exit 3)
+    assert v["verify"][0] == UNKNOWN and "no active profile" in v["verify"][1]["unknown_reason"]
+    assert v["verify"][1]["schema"] == "mcpnode.tuning-verify/v1"
+    assert v["verify"][1]["compliant"] is None and v["verify"][1]["profile"] is None
     assert [k for k in v["audit"]] == [("tuning.profile", None)]
     assert v["audit"][("tuning.profile", None)]["status"] == "INFO"
     assert v["audit_profile"] is None
@@ -178,7 +181,7 @@ def test_an_untrusted_journal_makes_it_unknown_and_fails_the_audit(root: Path) -
     a = active(root)
     assert a["name"] is None and a["problem"] and "world-writable" in a["problem"]
     v = views(root)
-    assert v["verify"][0] == UNKNOWN and "cannot be told" in v["verify"][1]
+    assert v["verify"][0] == UNKNOWN and "cannot be told" in v["verify"][1]["unknown_reason"]
     assert v["audit"][("tuning.state", None)]["status"] == "FAIL"
     assert v["manifest"]["compliant"] is None and "world-writable" in v["manifest"]["error"]
 

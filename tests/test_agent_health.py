@@ -312,7 +312,7 @@ def test_agent_turns_an_xid_into_a_metric_an_event_and_an_unhealthy_gpu(tmp_path
         assert (event["level"], event["action"], event["cause"]) == (
             "error",
             "RESTART_BM",
-            "hardware",
+            "CONTACT_SUPPORT",  # NVIDIA's investigatory action: the catalogue names no cause
         )
         assert event["name"] == "GPU has fallen off the bus"
         published = agent.wait_event("manifest.published", t, reason="xid")

@@ -364,6 +364,29 @@ def test_schema_rejects_unknown_fields(fleet_dir: Path) -> None:
     assert errors == ["$.properties[0].outliers[0]: unexpected 'why'"]
 
 
+def test_idle_gpu_at_gen1_is_no_outlier(tmp_path: Path, hgx: Manifest) -> None:
+    """An idle GPU's link runs at Gen1 (P8; the audit calls it normal at idle): the manifest
+    of a host that published then differs in current speed only, and pcie_gen compares the
+    generation the link can train to."""
+
+    def idle(doc: Manifest) -> None:
+        for g in doc["gpus"]:
+            g["pcie"]["speed_gts"] = 2.5
+
+    docs = {NAMES[0]: hgx, NAMES[1]: hgx, NAMES[2]: edited(hgx, idle)}
+    report = report_of(write_fleet(tmp_path, docs))
+    assert report.ok, flagged(report)
+    assert prop(report, "pcie_gen").majority == "0-7:Gen5"
+
+
+def test_lower_generation_board_is_an_outlier(tmp_path: Path, hgx: Manifest) -> None:
+    def gen4(doc: Manifest) -> None:
+        sorted(doc["gpus"], key=lambda g: g["index"])[2]["pcie"]["max_speed_gts"] = 16.0
+
+    docs = {NAMES[0]: hgx, NAMES[1]: hgx, NAMES[2]: edited(hgx, gen4)}
+    assert flagged(report_of(write_fleet(tmp_path, docs))) == {NAMES[2]: {"pcie_gen"}}
+
+
 def test_uniform_fleet_is_ok(tmp_path: Path, hgx: Manifest) -> None:
     report = report_of(write_fleet(tmp_path, {n: hgx for n in NAMES[:3]}))
     assert report.ok

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from mcpnode.audit.expect import parse_table as parse_expect
 from mcpnode.audit.expectation import Expectation, ExpectError
+from mcpnode.audit.xid_policy import PolicyError, XidPolicy, parse_audit_table
 from mcpnode.errors import (
     HostError,
     McpnodeError,
@@ -129,6 +130,8 @@ class AgentConfig:
     nvml_events: bool = True
     # [expect]: the node's expected inventory (audit/expect.py); None: none given
     expect: Expectation | None = None
+    # [audit.xid]: which status the audit gives an Xid (audit/xid_policy.py); None: NVIDIA's
+    xid_policy: XidPolicy | None = None
     # Not in the file: where events are injected from (tests; `--inject-fifo`).
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -155,6 +158,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 }
 # [expect]: the node's expected inventory; its keys are audit/expect.py's (parse_table)
 EXPECT_SECTION = "expect"
+# [audit]: the audit's own settings; its keys are audit/xid_policy.py's (parse_audit_table)
+AUDIT_SECTION = "audit"
 RULE_KEYS = ("name", "exe", "cmdline", "unit", "migrate")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]+\.(service|scope|slice)\Z")
@@ -236,8 +241,8 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         raise ConfigError(file, None, f"not valid TOML: {err}") from None
     r = _Reader(file, doc)
     for name in doc:
-        if name not in SECTIONS and name != EXPECT_SECTION:
-            known = ", ".join([*SECTIONS, EXPECT_SECTION])
+        if name not in SECTIONS and name not in (EXPECT_SECTION, AUDIT_SECTION):
+            known = ", ".join([*SECTIONS, EXPECT_SECTION, AUDIT_SECTION])
             raise r.err(name, f"unknown section (sections: {known})")
 
     tuning = r.section("tuning")
@@ -344,6 +349,13 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         except ExpectError as err:
             raise ConfigError(file, err.key, err.detail) from None
 
+    xid_policy = None
+    if AUDIT_SECTION in doc:
+        try:
+            xid_policy = parse_audit_table(doc[AUDIT_SECTION], file)
+        except PolicyError as err:
+            raise ConfigError(file, err.key, err.detail) from None
+
     return AgentConfig(
         file=file,
         profile=profile,
@@ -372,6 +384,7 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
         health_interval=health_interval,
         nvml_events=nvml_events,
         expect=expect,
+        xid_policy=xid_policy,
     )
 
 

@@ -310,21 +310,49 @@ def _compare(fid: str, what: str, got: int, want: int, src: str, detail: str) ->
 
 def _gpu_count(topo: Topology, ctx: AuditContext, want: int, src: str) -> Finding:
     sysfs, nvml = ctx.gpu_count_sysfs, ctx.gpu_count_nvml
+    if nvml is None:
+        return _gpu_count_without_nvml(topo, sysfs, want, src)
     ev = (
         Evidence(f"{src} (gpu_count)", str(want)),
         Evidence("PCI bus (NVIDIA class 0x0300/0x0302)", str(sysfs)),
-        Evidence("nvmlDeviceGetCount", "unavailable" if nvml is None else str(nvml)),
+        Evidence("nvmlDeviceGetCount", str(nvml)),
     )
     if sysfs == want and nvml == want:
         return Finding("expect.gpu.count", Status.PASS, f"{want} GPUs, as expected", ev)
-    seen = f"{sysfs} on the PCI bus, {'no NVML' if nvml is None else f'{nvml} in NVML'}"
     return Finding(
         "expect.gpu.count",
         Status.FAIL,
-        f"{seen}; expected {want}",
+        f"{sysfs} on the PCI bus, {nvml} in NVML; expected {want}",
         ev,
         "A GPU gone from the bus needs the node drained and power-cycled (check `dmesg | grep "
         "-i xid` and the BMC's event log); reseat or RMA it if it stays gone",
+    )
+
+
+def _gpu_count_without_nvml(topo: Topology, sysfs: int, want: int, src: str) -> Finding:
+    """Without NVML only the PCI functions can be counted: they decide, and the finding says
+    that NVML's count is missing and why (`gpu.nvml` FAILs on the reason itself)."""
+    reason = (topo.nvml.reason if topo.nvml is not None else None) or "no NVML answer recorded"
+    ev = (
+        Evidence(f"{src} (gpu_count)", str(want)),
+        Evidence("PCI bus (NVIDIA class 0x0300/0x0302)", str(sysfs)),
+        Evidence("nvmlDeviceGetCount", f"not counted: NVML unavailable ({reason})"),
+    )
+    if sysfs == want:
+        return Finding(
+            "expect.gpu.count",
+            Status.PASS,
+            f"{want} GPUs on the PCI bus, as expected; not counted in NVML (unavailable: see "
+            "gpu.nvml)",
+            ev,
+        )
+    return Finding(
+        "expect.gpu.count",
+        Status.FAIL,
+        f"{sysfs} on the PCI bus, expected {want} (not counted in NVML: unavailable)",
+        ev,
+        "A GPU gone from the PCI bus needs the node drained and power-cycled (check `dmesg | "
+        "grep -i xid` and the BMC's event log); reseat or RMA it if it stays gone",
     )
 
 
@@ -333,7 +361,10 @@ def _gpu_model(topo: Topology, want: str, src: str) -> Finding:
     wrong = [f"GPU {i}: {n or 'unknown (no NVML)'}" for i, n in names if n != want]
     ev = (
         Evidence(f"{src} (gpu_model)", want),
-        Evidence("nvmlDeviceGetName", ", ".join(f"{i}={n or '?'}" for i, n in names) or "no GPU"),
+        Evidence(
+            "nvmlDeviceGetName",
+            ", ".join(f"{i}={n or 'unknown (no NVML)'}" for i, n in names) or "no GPU",
+        ),
     )
     if not wrong and names:
         return Finding("expect.gpu.model", Status.PASS, f"every GPU is a {want}", ev)
@@ -356,7 +387,7 @@ def _nvlinks(topo: Topology, want: int, src: str) -> Finding:
         Evidence(f"{src} (nvlinks_per_gpu)", str(want)),
         Evidence(
             "nvmlDeviceGetNvLinkState (active)",
-            ", ".join(f"{i}={n if n is not None else '?'}" for i, n in got) or "no GPU",
+            ", ".join(f"{i}={n if n is not None else 'unknown'}" for i, n in got) or "no GPU",
         ),
     )
     if not short and got:
@@ -376,11 +407,13 @@ def _pcie(topo: Topology, gen: int | None, width: int | None, src: str) -> Findi
     bad = []
     for g in topo.gpus:
         gen_max, width_now = gpu_link(g)
-        rows.append(f"{g.index}=Gen{gen_max or '?'} x{width_now or '?'}")
+        gen_text = f"Gen{gen_max}" if gen_max else "generation unknown"
+        width_text = f"x{width_now}" if width_now else "width unknown"
+        rows.append(f"{g.index}={gen_text} {width_text}")
         if gen is not None and (gen_max is None or gen_max < gen):
-            bad.append(f"GPU {g.index}: Gen{gen_max or '?'}")
+            bad.append(f"GPU {g.index}: {gen_text}")
         if width is not None and (width_now is None or width_now < width):
-            bad.append(f"GPU {g.index}: x{width_now or '?'}")
+            bad.append(f"GPU {g.index}: {width_text}")
     want = " ".join(x for x in (f"Gen{gen}" if gen else "", f"x{width}" if width else "") if x)
     ev = (
         Evidence(f"{src} (pcie_gen, pcie_width)", want),

@@ -113,8 +113,9 @@ def check(facts: GpuFacts, ctx: AuditContext) -> list[Finding]:
         Finding(
             "gpu.nvml",
             Status.PASS,
-            f"NVML {nvml.nvml_version or '?'}, driver {nvml.driver_version or '?'}, "
-            f"CUDA {nvml.cuda_driver_version or '?'}",
+            f"NVML {nvml.nvml_version or 'version not reported'}, driver "
+            f"{nvml.driver_version or 'version not reported'}, "
+            f"CUDA {nvml.cuda_driver_version or 'version not reported'}",
             (
                 Evidence("nvmlSystemGetDriverVersion", nvml.driver_version or "not reported"),
                 Evidence("nvmlSystemGetNVMLVersion", nvml.nvml_version or "not reported"),
@@ -126,7 +127,7 @@ def check(facts: GpuFacts, ctx: AuditContext) -> list[Finding]:
         out.extend(_per_gpu(gpu, facts.uptime_s))
     out.extend(_not_applicable(facts.gpus))
     if facts.gpus and not any(f.id == "gpu.nvlink.count" for f in out):
-        names = sorted({g.nvml.name or "?" for g in facts.gpus if g.nvml is not None})
+        names = sorted({g.nvml.name or "unknown model" for g in facts.gpus if g.nvml is not None})
         out.append(
             Finding(
                 "gpu.nvlink.count",

@@ -155,8 +155,8 @@ def _temperature(gpu: Gpu, n: NvmlGpu) -> Finding:
     if temp is None:
         return _skip(fid, gpu, "temperature", fn, _why(n, "temperature"))
     slow, shut = n.temperature_slowdown_c, n.temperature_shutdown_c
-    value = f"{temp} C; slowdown {slow if slow is not None else '?'} C, shutdown "
-    value += f"{shut if shut is not None else '?'} C"
+    value = f"{temp} C; slowdown {f'{slow} C' if slow is not None else 'not reported'}, "
+    value += f"shutdown {f'{shut} C' if shut is not None else 'not reported'}"
     ev = (_ev(f"{fn}, nvmlDeviceGetTemperatureThreshold", gpu, value),)
     if slow is None:
         why = _why(n, "temperature_slowdown")
@@ -188,7 +188,7 @@ def _power(gpu: Gpu, n: NvmlGpu) -> Finding:
     if limit is None or default is None:
         reason = _why(n, "power_limit", "power_default_limit")
         return _skip(fid, gpu, "power limit", fn, reason)
-    usage = "?" if n.power_usage_mw is None else f"{n.power_usage_mw / 1000:g} W"
+    usage = "not reported" if n.power_usage_mw is None else f"{n.power_usage_mw / 1000:g} W"
     value = f"draw {usage}, enforced limit {limit / 1000:g} W, default {default / 1000:g} W"
     ev = (_ev(fn, gpu, value),)
     if limit < default:
@@ -215,8 +215,9 @@ def _clocks(gpu: Gpu, n: NvmlGpu) -> Finding:
     assert app_sm is not None and app_mem is not None
     assert max_sm is not None and max_mem is not None
     now = (
-        f"SM {n.clock_sm_mhz if n.clock_sm_mhz is not None else '?'} MHz, memory "
-        f"{n.clock_mem_mhz if n.clock_mem_mhz is not None else '?'} MHz now"
+        f"SM {f'{n.clock_sm_mhz} MHz' if n.clock_sm_mhz is not None else 'not reported'}, "
+        f"memory {f'{n.clock_mem_mhz} MHz' if n.clock_mem_mhz is not None else 'not reported'}"
+        " now"
     )
     value = (
         f"applications SM {app_sm} / max {max_sm} MHz, memory {app_mem} / max {max_mem} MHz; {now}"

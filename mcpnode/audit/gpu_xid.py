@@ -7,10 +7,12 @@ answer). XIDs the agent saw through NVML events (AuditContext.observed_xids) sta
 no log could be read: the driver logs every XID it raises an event for.
 
 Findings: `gpu.xid` per GPU (and per PCI address an XID names that no GPU here has: a GPU that
-fell off the bus may be gone from sysfs too), `gpu.sxid` per NVSwitch. FAIL on XIDs NVIDIA and
-Azure's NHC treat as hardware or driver faults, WARN on application-class ones and on XIDs
-mcpnode has no row for (audit/xid.py, CATALOG). Xid 63 (a row marked for remapping) is resolved
-once NVML reports no remap pending: the GPU was reset since, so it is reported, not failed.
+fell off the bus may be gone from sysfs too), `gpu.sxid` per NVSwitch. The status of each Xid is
+the policy's (audit/xid_policy.py: NVIDIA's immediate action by default, Azure NHC's fail list
+or the site's per-Xid choice from `[audit.xid]` in /etc/mcpnode/mcpnode.toml); the evidence
+names NVIDIA's catalogue row (audit/xid_catalog.py) and what decided. An Xid the driver
+attributed to a MIG instance names it. Xid 63 (a row marked for remapping) is resolved once
+NVML reports no remap pending: the GPU was reset since, so it is reported, not counted.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from dataclasses import dataclass
 
 from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
+from mcpnode.audit.expect import CONFIG_PATH
 from mcpnode.audit.facts import FileRead, command_evidence, read_file, unreadable_finding
 from mcpnode.audit.gpu import uptime_of
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.xid import (
-    ACTION_TEXT,
+    XID_RECOVERY_ACTION,
     XID_ROW_REMAP,
     LogRecord,
     SxidEvent,
@@ -34,11 +37,20 @@ from mcpnode.audit.xid import (
     parse_sxid,
     parse_xid,
     since_boot,
-    worst_action,
+)
+from mcpnode.audit.xid_policy import (
+    DEFAULT,
+    Decision,
+    PolicyError,
+    XidPolicy,
+    decide,
+    parse_audit_table,
 )
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import CommandResult, Host
 from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress
+from mcpnode.tuning import tomlsafe
+from mcpnode.tuning.tomlsafe import TomlRejected
 
 # The journal's kernel messages of this boot, oldest first; -n bounds what it prints.
 JOURNAL_ARGV = (
@@ -84,6 +96,26 @@ class XidFacts:
     gpus: tuple[GpuRef, ...]
     switches: tuple[PciAddress, ...]
     uptime_s: float | None
+    policy: XidPolicy = DEFAULT  # which status an Xid gets (audit/xid_policy.py)
+    policy_error: str | None = None  # the [audit] table could not be used
+
+
+def read_policy(host: Host) -> tuple[XidPolicy, str | None]:
+    """The `[audit.xid]` policy of /etc/mcpnode/mcpnode.toml under the root (the default when
+    there is none), and why the table could not be used. Never raises."""
+    read = read_file(host, CONFIG_PATH)
+    if read.text is None:
+        return DEFAULT, None if read.missing else f"{CONFIG_PATH}: {read.error}"
+    try:
+        doc = tomlsafe.loads(read.text)
+    except TomlRejected as err:
+        return DEFAULT, f"{CONFIG_PATH}: not valid TOML: {err}"
+    if "audit" not in doc:
+        return DEFAULT, None
+    try:
+        return parse_audit_table(doc["audit"], CONFIG_PATH), None
+    except PolicyError as err:
+        return DEFAULT, str(err)
 
 
 def read_log(host: Host) -> KernelLog:
@@ -124,7 +156,8 @@ def collect(host: Host, ctx: AuditContext) -> XidFacts:
         if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code == NVSWITCH_CLASS
     )
     uptime = uptime_of(read_file(host, paths.UPTIME).text)
-    return XidFacts(log, xids, sxids, ctx.observed_xids, gpus, switches, uptime)
+    policy, error = read_policy(host)
+    return XidFacts(log, xids, sxids, ctx.observed_xids, gpus, switches, uptime, policy, error)
 
 
 def _gpu_key(a: PciAddress) -> PciAddress:
@@ -142,6 +175,17 @@ def check(facts: XidFacts, ctx: AuditContext) -> list[Finding]:
         events = facts.observed
     out = _xid_findings(facts, events)
     out.extend(_sxid_findings(facts))
+    if facts.policy_error is not None:
+        out.insert(
+            0,
+            Finding(
+                "gpu.xid.policy",
+                Status.FAIL,
+                f"Xid policy not used: {facts.policy_error}; NVIDIA's catalogue decided instead",
+                (Evidence(CONFIG_PATH, facts.policy_error),),
+                "Fix the [audit.xid] table (docs/config.md, [audit.xid])",
+            ),
+        )
     return out
 
 
@@ -194,66 +238,118 @@ def _xid_findings(facts: XidFacts, events: tuple[XidEvent, ...]) -> list[Finding
     out = []
     for address in sorted(set(refs) | set(by_gpu)):
         ref = refs.get(address)
-        out.append(_gpu_finding(address, ref, by_gpu.get(address, []), log_ev))
+        out.append(_gpu_finding(address, ref, by_gpu.get(address, []), log_ev, facts.policy))
     return out
 
 
+# What to do for an action, with the command where there is one; NVIDIA's own words for it are
+# xid_catalog.BUCKET_TEXT.
+_REMEDY: dict[str, str] = {
+    "RESET_GPU": "Drain the GPU, then reset it: `nvidia-smi -r -i BUS` (or reboot the node)",
+    "DRAIN_AND_RESET": "Drain the GPU's work, then reset it: `nvidia-smi -r -i BUS`",
+    "WORKFLOW_XID_48": "Drain the GPU, then reset it: `nvidia-smi -r -i BUS`; with Xid 63/64 "
+    "too, drain first (NVIDIA's Xid 48 workflow)",
+    "WORKFLOW_NVLINK_ERR": "Drain the GPU and reset it (`nvidia-smi -r -i BUS`) or reboot the "
+    "node; `nvidia-smi nvlink -e -i BUS` shows the link errors",
+    "RESTART_BM": "Drain the node and reboot (power-cycle) it; reseat or RMA the GPU if it recurs",
+    "RESTART_VM": "Restart the VM that owns the GPU",
+    "DRAIN_P2P": "Stop the GPU processes that do peer-to-peer traffic, then run the audit again",
+    "CHECK_MECHANICALS": "Check the board's seating and its auxiliary power cables",
+    "UPDATE_SWFW": "Update the GPU firmware and the driver (guest and host drivers must match)",
+    "RESTART_APP": "Restart the application that hit it (check its code and inputs if it recurs)",
+    "XID_154_EVAL": "Follow the Xid 154 logged with it; without one, restart the application",
+    "WORKFLOW_NVLINK5_ERR": "Decode the message (IntrInfo, Error Status) with the catalogue's "
+    '"XID 144-150 Decode" sheet; reset the GPU for a Fatal one',
+    "WORKFLOW_XID_45": "Alone: `systemctl restart nvidia-fabricmanager`; with other Xids, follow "
+    "those",
+    "CHECK_UVM": "Reset the GPU (`nvidia-smi -r -i BUS`) if UVM or vGPU is in use",
+    "CONTACT_SUPPORT": "Collect `nvidia-bug-report.sh` and contact your support organization",
+    "XID_154": "Follow the recovery action the driver reports (`nvidia-smi -q | grep -i recovery`)",
+    "NOT_GIVEN": "Look the Xid up in NVIDIA's Xid Catalog (a newer edition may list it); "
+    "collect `nvidia-bug-report.sh` if it recurs",
+}
+
+
+@dataclass(frozen=True)
+class _Group:
+    xid: int
+    events: tuple[XidEvent, ...]
+    decision: Decision
+    action: str
+    resolved: bool
+
+
+def _group(xid: int, events: list[XidEvent], ref: GpuRef | None, policy: XidPolicy) -> _Group:
+    resolved = xid == XID_ROW_REMAP and ref is not None and ref.remap_pending is False
+    if xid == XID_RECOVERY_ACTION:
+        chosen = events[-1]  # the latest recovery action replaces the earlier ones
+    else:
+        chosen = max(events, key=lambda e: _RANK[decide(policy, xid, e.action).status])
+    decision = decide(policy, xid, chosen.action, chosen.info.action)
+    return _Group(xid, tuple(events), decision, chosen.action, resolved)
+
+
+_RANK = {"INFO": 0, "WARN": 1, "FAIL": 2}
+
+
+def _xid_evidence(g: _Group) -> Evidence:
+    last = g.events[-1]
+    row = last.info
+    migs = sorted({e.mig for e in g.events if e.mig is not None})
+    where = f" on {'; '.join(migs)}" if migs else ""
+    asked = "" if g.action == row.action else f"; this event asks for {g.action}"
+    note = ""
+    if g.resolved:
+        note = "; resolved: NVML reports no remap pending (the GPU was reset since)"
+    value = (
+        f"x{len(g.events)}{where}, last at {since_boot(last.usec)} after boot: {row.name}"
+        + (f" ({row.mnemonic})" if row.mnemonic else "")
+        + f"; NVIDIA: immediate action {row.immediate or 'none given'}, investigatory "
+        f"{row.investigatory or 'none given'}{asked}{note}; {last.detail[:160]}"
+    )
+    return Evidence(f"Xid {g.xid} ({last.source})", value)
+
+
 def _gpu_finding(
-    address: PciAddress, ref: GpuRef | None, events: list[XidEvent], log_ev: Evidence
+    address: PciAddress,
+    ref: GpuRef | None,
+    events: list[XidEvent],
+    log_ev: Evidence,
+    policy: XidPolicy,
 ) -> Finding:
     bus = str(address)
     who = f"GPU {ref.index}" if ref is not None else f"GPU at {bus} (not on the PCI bus now)"
     if not events:
         return Finding("gpu.xid", Status.PASS, f"{who}: no XID since boot", (log_ev,), None, bus)
-    resolved = [
-        e
-        for e in events
-        if e.xid == XID_ROW_REMAP and ref is not None and ref.remap_pending is False
-    ]
-    live = [e for e in events if e not in resolved]
-    grouped: dict[int, list[XidEvent]] = defaultdict(list)
+    by_xid: dict[int, list[XidEvent]] = defaultdict(list)
     for e in events:
-        grouped[e.xid].append(e)
+        by_xid[e.xid].append(e)
+    groups = [_group(x, evs, ref, policy) for x, evs in sorted(by_xid.items())]
     ev = [log_ev]
-    for xid, group in sorted(grouped.items()):
-        last = group[-1]
-        info = last.info
-        note = ""
-        if group[0] in resolved:
-            note = "; resolved: NVML reports no remap pending (the GPU was reset since)"
-        ev.append(
-            Evidence(
-                f"Xid {xid} ({last.source})",
-                f"x{len(group)}, last at {since_boot(last.usec)} after boot: {info.name} "
-                f"(NVIDIA: {info.cause}, {last.action}){note}; {last.detail[:160]}",
-            )
-        )
-    fatal = [e for e in live if e.fatal]
-    names = ", ".join(f"Xid {x}" for x in sorted({e.xid for e in (fatal or live or resolved)}))
-    action = worst_action([e.action for e in (fatal or live)])
-    remedy = ACTION_TEXT[action].replace("BUS", bus) if live else None
-    if fatal:
+    for g in groups:
+        ev.append(_xid_evidence(g))
+        verdict = "INFO (resolved)" if g.resolved else g.decision.status
+        ev.append(Evidence(f"Xid {g.xid} verdict", f"{verdict}: {g.decision.why}"))
+    live = [g for g in groups if not g.resolved]
+    status = max((g.decision.status for g in live), key=_RANK.__getitem__, default="INFO")
+    top = [g for g in live if g.decision.status == status] or groups
+
+    def name(g: _Group) -> str:
+        migs = sorted({e.mig for e in g.events if e.mig is not None})
+        return f"Xid {g.xid}" + (f" ({'; '.join(migs)})" if migs else "")
+
+    names = ", ".join(name(g) for g in top)
+    if not live:
         return Finding(
-            "gpu.xid",
-            Status.FAIL,
-            f"{who}: {names} since boot: {fatal[-1].info.name} (a hardware or driver fault)",
-            tuple(ev),
-            remedy,
-            bus,
+            "gpu.xid", Status.INFO, f"{who}: {names} since boot, resolved", tuple(ev), None, bus
         )
-    if live:
-        return Finding(
-            "gpu.xid",
-            Status.WARN,
-            f"{who}: {names} since boot (application-class: the process that caused it "
-            "failed, the GPU did not)",
-            tuple(ev),
-            remedy,
-            bus,
-        )
-    return Finding(
-        "gpu.xid", Status.INFO, f"{who}: {names} since boot, resolved", tuple(ev), None, bus
-    )
+    lead = top[-1]
+    what = lead.events[-1].info.name
+    summary = f"{who}: {names} since boot: {what} ({lead.decision.label})"
+    remedy = None
+    if status != "INFO":
+        remedy = _REMEDY.get(lead.action, _REMEDY["NOT_GIVEN"]).replace("BUS", bus)
+    return Finding("gpu.xid", Status(status), summary, tuple(ev), remedy, bus)
 
 
 def _sxid_findings(facts: XidFacts) -> list[Finding]:

@@ -136,7 +136,7 @@ def _state(p: Port) -> Finding:
             p.name,
         )
     state, phys = _first(p.state), _first(p.phys_state)
-    layer = _first(p.link_layer) or "?"
+    layer = _first(p.link_layer) or "link layer unknown"
     ev = (
         Evidence(f"{p.base}/state", state),
         Evidence(f"{p.base}/phys_state", phys),
@@ -147,7 +147,8 @@ def _state(p: Port) -> Finding:
     return Finding(
         fid,
         Status.FAIL,
-        f"{p.name}: port is {state or '?'} / {phys or '?'}, not ACTIVE / LinkUp ({layer}): "
+        f"{p.name}: port is {state or 'state unknown'} / {phys or 'phys_state unknown'}, not "
+        f"ACTIVE / LinkUp ({layer}): "
         "no RDMA traffic through it",
         ev,
         f"`ibstat {p.device} {p.port}`; check the cable and the switch port; INIT or ARMED "

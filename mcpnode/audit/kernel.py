@@ -167,7 +167,7 @@ def check(facts: KernelFacts, ctx: AuditContext) -> list[Finding]:
             Finding(
                 "kernel.version",
                 Status.INFO,
-                f"kernel {ctx.topology.identity.kernel_release or '?'}",
+                f"kernel {ctx.topology.identity.kernel_release or 'release unknown'}",
                 (file_evidence(facts.version),),
             )
         )
@@ -310,9 +310,11 @@ def dmabuf_path(release: str | None, version: FileRead | None) -> tuple[bool, st
     is_open = "Open Kernel Module" in first
     driver = _numbers(driver_version_of(text)) if text else None
     parts = [
-        f"kernel {release or '?'}",
-        "open kernel modules" if is_open else ("proprietary modules" if text else "driver ?"),
-        f"driver {'.'.join(map(str, driver)) if driver else '?'}",
+        f"kernel {release or 'release unknown'}",
+        "open kernel modules"
+        if is_open
+        else ("proprietary modules" if text else "modules unknown"),
+        f"driver {'.'.join(map(str, driver)) if driver else 'version not recorded'}",
     ]
     ok = (
         kernel is not None

@@ -178,7 +178,7 @@ def read_p2p(host: Host, topo: Topology) -> P2pFacts:
     product = read_file(host, paths.DMI_PRODUCT).text
     cpuinfo = read_file(host, paths.CPUINFO).text if vendor is None else None
     virtual = virtualization(vendor, product, cpuinfo)
-    seen = f"DMI {(vendor or '?').strip()} / {(product or '?').strip()}"
+    seen = f"DMI {(vendor or 'vendor unknown').strip()} / {(product or 'product unknown').strip()}"
     if cpuinfo is not None:
         seen += "; /proc/cpuinfo hypervisor flag " + ("set" if virtual else "not set")
     return P2pFacts(found, tuple(read_bridge(host, b) for b in bridges), virtual, seen)

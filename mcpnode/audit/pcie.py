@@ -3,9 +3,14 @@
 
 AER statistics (Linux >= 4.19, Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats):
 `aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal`, one `NAME COUNT` line per error
-type and a `TOTAL_ERR_*` line, counted since boot. The ABI notes that errors caused by an
-endpoint may be counted at its link partner instead, so each device is read together with the
-port above it (its upstream bridge), and the finding names which one counted.
+type and a `TOTAL_ERR_*` line, counted since boot. The names have spaces in the kernels that
+introduced the files (4.19 to 5.x print `Receiver Error 2`, `RELAY_NUM Rollover 0`, the strings
+of drivers/pci/pcie/aer.c's aer_correctable_error_string); later ones print lspci's short names
+(`RxErr 2`): the count is the last field either way. The files exist only for a device with an
+AER capability; the ABI notes that errors caused by an endpoint may be counted at its link
+partner instead, so each device is read together with the port above it (its upstream bridge),
+the finding names which one counted, and a device without the capability is judged by its
+port's counters alone.
 
 - fatal > 0 (device or its port): FAIL: the link went down or data was lost beyond recovery;
 - non-fatal > 0: WARN: a transaction was lost but the link is up;
@@ -42,16 +47,17 @@ class AerParseError(ValueError):
 
 
 def parse_aer(text: str, kind: str) -> dict[str, int]:
-    """An aer_dev_* file -> {error name: count}, `TOTAL` included. Raises AerParseError for a
-    line that is not `NAME COUNT` or a file without its TOTAL line."""
+    """An aer_dev_* file -> {error name: count}, `TOTAL` included. The name is everything before
+    the last field (4.19 - 5.x names have spaces). Raises AerParseError for a line that is not
+    `NAME COUNT` or a file without its TOTAL line."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not parts[1].isascii() or not parts[1].isdigit():
             raise AerParseError(f"not `NAME COUNT`: {line[:80]!r}")
-        out[parts[0]] = int(parts[1])
+        out[" ".join(parts[0].split())] = int(parts[1])
     total = AER_TOTALS[kind]
     if total not in out:
         raise AerParseError(f"no {total} line")
@@ -169,8 +175,9 @@ def _aer_finding(s: Subject, uptime_s: float | None, ctx: AuditContext) -> Findi
             bad.id, bad.status, f"{s.what}: {bad.summary}", bad.evidence, bad.remedy, subject
         )
     port_counts: dict[str, dict[str, int]] = {}
+    port_present = False
     if s.port is not None:
-        got, port_bad, _ = _counts(s.port)
+        got, port_bad, port_present = _counts(s.port)
         if port_bad is not None:
             return Finding(
                 port_bad.id,
@@ -181,7 +188,7 @@ def _aer_finding(s: Subject, uptime_s: float | None, ctx: AuditContext) -> Findi
                 subject,
             )
         port_counts = got or {}
-    if not present or own is None:
+    if not present and not port_present:
         return Finding(
             "pcie.aer",
             Status.SKIP,
@@ -192,6 +199,7 @@ def _aer_finding(s: Subject, uptime_s: float | None, ctx: AuditContext) -> Findi
             None,
             subject,
         )
+    own = own or {}
 
     def total(kind: str) -> tuple[int, list[str]]:
         n, where = 0, []
@@ -213,6 +221,8 @@ def _aer_finding(s: Subject, uptime_s: float | None, ctx: AuditContext) -> Findi
             f"fatal {fatal}, non-fatal {nonfatal}, correctable {corr}",
         ),
     ]
+    if not present:
+        ev.append(Evidence(f"{base}/aer_dev_*", "absent: no AER capability; its port's counters"))
     if s.port is not None:
         ev.append(Evidence("counted with its upstream port", str(s.port.device)))
     for label, where in (("fatal", fatal_at), ("non-fatal", nonfatal_at), ("correctable", corr_at)):

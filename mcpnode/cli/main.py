@@ -363,7 +363,10 @@ def verify(
         if profile_name is None:
             active = active_profile(host, _journal_store(host, state_dir))
             if active.name is None:
-                click.echo(render_tuning.verify_none_text(active), nl=False)
+                if fmt == "json":
+                    click.echo(render_tuning.verify_none_json(active))
+                else:
+                    click.echo(render_tuning.verify_none_text(active), nl=False)
                 ctx.exit(EXIT_UNKNOWN)
             profile_name = active.name
         profile = load_profile(profile_name, host, profiles_dir)

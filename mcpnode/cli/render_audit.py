@@ -61,8 +61,13 @@ def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> s
 
     titles = area_titles()
     lines = [
-        f"mcpnode audit: host {printable(report.host or '?')}, "
-        f"kernel {printable(report.kernel or '?')}, profile {printable(report.profile or '?')}",
+        f"mcpnode audit: host {printable(report.host or 'unknown (no hostname recorded)')}, "
+        f"kernel {printable(report.kernel or 'unknown (no /proc/version)')}, "
+        + (
+            f"profile {printable(report.profile)}"
+            if report.profile
+            else "no tuning profile checked"
+        ),
         "",
     ]
     for area, findings in _groups(report):

@@ -23,7 +23,7 @@ def as_text(manifest: dict[str, Any], published: str | None = None) -> str:
     place = manifest["placement"]
     lines = [
         f"host {_p(host['hostname'])}  kernel {_p(host['kernel'])}"
-        f"  driver {_p(host['driver'])}  {manifest['content_hash'][:19]}",
+        f"  driver {_p(host['driver'], 'not recorded')}  {manifest['content_hash'][:19]}",
         f"housekeeping CPUs {place['housekeeping_cpus'] or '-'}"
         f" ({_p(place['housekeeping_policy'])})",
         "",
@@ -43,9 +43,14 @@ def as_text(manifest: dict[str, Any], published: str | None = None) -> str:
     tuning = manifest["tuning"]
     if tuning["error"]:
         lines.append(f"\ntuning: not verified ({_p(tuning['error'])})")
+    elif tuning["profile"] is None:
+        lines.append("\ntuning: no active profile (not tuned by mcpnode)")
+    elif tuning["compliant"] is None:
+        why = _p(tuning.get("unknown_reason") or "compliance could not be told")
+        lines.append(f"\ntuning: profile {_p(tuning['profile'])}, compliance unknown ({why})")
     else:
         state = "compliant" if tuning["compliant"] else f"{len(tuning['drift'])} key(s) drifted"
-        lines.append(f"\ntuning: profile {_p(tuning['profile'], 'none')}, {state}")
+        lines.append(f"\ntuning: profile {_p(tuning['profile'])}, {state}")
     audit = manifest["audit"]
     if audit is not None:
         counts = " ".join(f"{_p(k)} {_p(v)}" for k, v in audit["counts"].items())

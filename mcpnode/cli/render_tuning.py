@@ -210,6 +210,28 @@ def verify_none_text(active: ActiveProfile) -> str:
     )
 
 
+def verify_none_json(active: ActiveProfile) -> str:
+    """verify --format json with no --profile where no profile is active (or it is unknown):
+    the verify document, nothing checked, `unknown_reason` saying why (exit 3, as in text)."""
+    if active.problem is not None:
+        reason = f"the active profile cannot be told: {active.problem}"
+    else:
+        reason = f"no active profile: not tuned by mcpnode ({active.detail})"
+    doc: dict[str, object] = {
+        "schema": VERIFY_SCHEMA,
+        "profile": None,
+        "active": asdict(active),
+        "ok": False,
+        "compliant": None,
+        "unknown_reason": reason,
+        "drift": [],
+        "unsupported": [],
+        "unverified": [],
+        "items": [],
+    }
+    return json.dumps(doc, indent=2)
+
+
 def active_text(active: ActiveProfile) -> str:
     """`mcpnode profiles active`: the name and where the answer came from."""
     if active.problem is not None:

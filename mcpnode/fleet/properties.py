@@ -19,7 +19,7 @@ from typing import Any
 
 from mcpnode.topology.parse import parse_cpulist
 
-UNKNOWN = "?"  # one GPU's value is unknown (null in the manifest)
+UNKNOWN = "unknown"  # one GPU's value is unknown (null in the manifest)
 
 # PCIe generation by transfer rate in GT/s (PCI Express Base Specification: 2.5, 5, 8, 16, 32, 64).
 _GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -183,13 +183,15 @@ def _gen(speed_gts: float | None) -> str | None:
 
 
 def pcie_gen(doc: Manifest) -> Value | None:
-    """Current link speed per GPU as a generation, `Gen5`.
+    """The generation each GPU's link can train to (`max_speed_gts`), `Gen5`.
 
-    Current, not max: a GPU trained below its capability (a bad riser or retimer) is the
-    outlier. But the link also slows with the P-state at idle (P8 runs at Gen1;
-    open-gpu-kernel-modules#731, the reason the audit's gpu.pcie.gen is only INFO), so a host
-    that published while idle differs from busy ones: docs/fleet.md says to check under load."""
-    return _per_gpu([(g["index"], _gen(g["pcie"]["speed_gts"])) for g in _gpus(doc)])
+    Maximum, not current: the link slows with the P-state at idle (P8 runs at Gen1;
+    open-gpu-kernel-modules#731, the reason the audit's gpu.pcie.gen is only INFO), so the
+    current speed of a host that published while idle says nothing about its hardware. A GPU
+    whose link trained below its maximum under load is the audit's business (gpu.pcie.gen with
+    NVML's max = min(GPU, slot), gpu.pcie.width's FAIL, which `audit_failed` carries); here a GPU
+    of a lower generation than its neighbours' (another board, a Gen4 part) is the outlier."""
+    return _per_gpu([(g["index"], _gen(g["pcie"]["max_speed_gts"])) for g in _gpus(doc)])
 
 
 def _nic_choice(choices: Sequence[Mapping[str, Any]]) -> str:
@@ -272,7 +274,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property("numa", "NUMA nodes with CPUs x CPUs per node", False, numa_layout),
     Property("gpu_numa", "NUMA node per GPU", True, gpu_numa),
     Property("pcie_width", "current PCIe link width per GPU", True, pcie_width),
-    Property("pcie_gen", "current PCIe generation per GPU", True, pcie_gen),
+    Property("pcie_gen", "maximum PCIe generation per GPU", True, pcie_gen),
     Property("nic", "nearest NIC(s) per GPU (bucket)", True, nics),
     Property("nvlink", "active NVLink links per GPU", True, nvlinks),
     Property("probe_node", "fastest measured NUMA node per GPU (probe)", True, probe_node),
