@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.tuning import paths
+from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.privilege import Privileges
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.values import Prefer
@@ -227,6 +228,15 @@ def read_state(
             continue
         path = paths.path_of(setting.key)
         assert path is not None  # profile.py only builds settings with valid keys
+        if paths.is_sysctl_path(path) and host.is_dir(path):
+            # `net.core` names a directory of sysctls: nothing to write, and a typo for one of
+            # its files. Refused like any other bad key rather than planned as "skipped".
+            raise ProfileError(
+                setting.source,
+                setting.key,
+                f"names the directory {path}, not a sysctl: name one of the files in it",
+                "sysctl",
+            )
         readings[path] = read_value(host, path)
         if setting.key == paths.THP_KEY:
             cmdline = _optional(host, paths.PROC_CMDLINE)
