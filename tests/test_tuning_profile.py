@@ -201,15 +201,14 @@ def test_hostile_profile_rejected_with_zero_writes(
 
 @pytest.mark.parametrize("key", ["net.core", "net.ipv4.conf.all"])
 def test_a_key_naming_a_directory_is_refused_in_one_line(tmp_path: Path, key: str) -> None:
-    """`net.core` passes the name rules but is a directory of sysctls: apply and verify stop
-    with one line naming file and key instead of planning it as "skipped" and exiting 0."""
+    """`net.core` passes the name rules but is a directory of sysctls: apply (and its dry run)
+    stops with one line naming file and key instead of planning it as "skipped" and exiting 0."""
     root = build(tmp_path / "root")
     put(root, "proc/sys/net/ipv4/conf/all/rp_filter", "1\n")
     profiles = write_profiles(tmp_path / "profiles", {"evil": f'[sysctl]\n"{key}" = 1\n'})
-    for command in ("apply", "verify"):
-        code, out, err = run_cli(
-            command, "--profile", "evil", "--root", str(root), "--profiles-dir", str(profiles)
-        )
+    argv = ("--profile", "evil", "--root", str(root), "--profiles-dir", str(profiles))
+    for dry in ((), ("--dry-run",)):
+        code, out, err = run_cli("apply", *argv, *dry)
         assert code == 2 and out == ""
         assert err.splitlines() == [
             f"mcpnode: ProfileError: {profiles / 'evil.toml'}: [sysctl] {key!r}: names the "
@@ -217,6 +216,9 @@ def test_a_key_naming_a_directory_is_refused_in_one_line(tmp_path: Path, key: st
             "in it"
         ]
     assert not (root / "var/lib/mcpnode/tuning-journal.json").exists()
+    # verify reads it as any unreadable key: unknown (3), never compliant.
+    code, out, _ = run_cli("verify", *argv)
+    assert code == 3 and "is a directory" in out
 
 
 # -- properties of the parser ---------------------------------------------------------------

@@ -53,7 +53,7 @@ from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values,
 from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
 from mcpnode.tuning.privilege import denied_hint
 from mcpnode.tuning.profile import Profile
-from mcpnode.tuning.state import Absent, Reading, read_state, read_value
+from mcpnode.tuning.state import Absent, Reading, read_state, read_value, refuse_directory_keys
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH
@@ -389,6 +389,7 @@ def _apply(
     known_managed = journal.managed_irqs if journal is not None else ()
     refused_before = frozenset(known_managed)
 
+    refuse_directory_keys(host, profile)
     state = read_state(host, profile, extra, partition=partition, managed=refused_before)
     current = plan(profile, state)
     loads: tuple[Outcome, ...] = ()

@@ -154,6 +154,22 @@ def _tokens(text: str | None) -> frozenset[str] | None:
     return frozenset(t.strip("[]") for t in text.split())
 
 
+def refuse_directory_keys(host: Host, profile: Profile) -> None:
+    """Raise ProfileError for the first sysctl key that names a directory under /proc/sys
+    (`net.core`): it passes the name rules, but there is nothing to write, and it is a typo for
+    one of the files in it. apply refuses it in one line rather than planning it as "skipped"
+    and exiting 0; verify and the audit report it as unreadable (unknown), as any other."""
+    for setting in profile.settings:
+        path = paths.path_of(setting.key)
+        if path is not None and paths.is_sysctl_path(path) and host.is_dir(path):
+            raise ProfileError(
+                setting.source,
+                setting.key,
+                f"names the directory {path}, not a sysctl: name one of the files in it",
+                "sysctl",
+            )
+
+
 def read_state(
     host: Host,
     profile: Profile,
@@ -228,15 +244,6 @@ def read_state(
             continue
         path = paths.path_of(setting.key)
         assert path is not None  # profile.py only builds settings with valid keys
-        if paths.is_sysctl_path(path) and host.is_dir(path):
-            # `net.core` names a directory of sysctls: nothing to write, and a typo for one of
-            # its files. Refused like any other bad key rather than planned as "skipped".
-            raise ProfileError(
-                setting.source,
-                setting.key,
-                f"names the directory {path}, not a sysctl: name one of the files in it",
-                "sysctl",
-            )
         readings[path] = read_value(host, path)
         if setting.key == paths.THP_KEY:
             cmdline = _optional(host, paths.PROC_CMDLINE)
