@@ -365,6 +365,28 @@ def _restore_everything(
     return result
 
 
+# Every file this engine replaces with Host.write_file_atomic: its temporaries a SIGKILL left
+# behind are removed when a run starts, like the journal's (tuning/journal.py).
+ATOMIC_FILES = (
+    paths.PERSIST_PATH,
+    *paths.IRQBALANCE_FILES.values(),
+    paths.BOOT_PATHS["bootloader:grub"],
+    *paths.SYSTEMD_DROPINS.values(),
+)
+
+
+def _remove_stale_temps(host: Host, store: JournalStore, log: Any) -> None:
+    """At the start of a run, under the state lock: the temporary files (`.NAME.PID.RAND.tmp`)
+    an apply or rollback killed between create and rename left beside the files it writes, so
+    a crash's leftover does not stay in /etc/sysctl.d until that file is written again. Only
+    those whose writer is gone (host/write.py)."""
+    removed = store.host.remove_stale_temps(store.path)
+    for path in ATOMIC_FILES:
+        removed += host.remove_stale_temps(path)
+    if removed:
+        log.info("cleanup", removed=removed, result="stale temporary files removed")
+
+
 def rollback(host: Host, store: JournalStore, log: Any | None = None) -> RollbackResult:
     """Restore every original recorded in the journal (the persisted file with its mode and
     owner), then remove the persisted file and the journal. Nothing to do without a journal.
@@ -372,6 +394,7 @@ def rollback(host: Host, store: JournalStore, log: Any | None = None) -> Rollbac
     journal) or RollbackIncomplete (some originals could not be written; the journal is kept)."""
     log = log if log is not None else logger()
     with store.lock.hold(store.wait_s):
+        _remove_stale_temps(host, store, log)
         journal = store.load()
         if journal is None:
             return RollbackResult(store.shown, None, ())
@@ -385,6 +408,7 @@ def recover(host: Host, store: JournalStore, log: Any | None = None) -> tuple[Ou
     Raises LockBusy, JournalError or RollbackIncomplete like rollback."""
     log = log if log is not None else logger()
     with store.lock.hold(store.wait_s):
+        _remove_stale_temps(host, store, log)
         journal = store.load()
         if journal is None or journal.state == "applied":
             return ()
@@ -444,6 +468,7 @@ def apply_profile(
     if dry_run:
         return _apply(host, profile, store, persist, True, hold, by, log, partition)
     with store.lock.hold(store.wait_s):
+        _remove_stale_temps(host, store, log)
         return _apply(host, profile, store, persist, False, hold, by, log, partition)
 
 
