@@ -340,3 +340,51 @@ def test_a_journal_that_recorded_a_links_mode_restores_0644(tmp_path: Path) -> N
     assert cli(root, profiles, "rollback")[0] == 0
     assert describe(conf) == {"type": "regular", "mode": 0o644, "uid": 0, "gid": 0,
                               "text": SITE_CONF}  # fmt: skip
+
+
+# -- the journal's record of a file --------------------------------------------------------------
+
+
+def test_the_journal_keeps_each_files_type_mode_and_owner() -> None:
+    from mcpnode.tuning.journal import ABSENT, FileMeta, Journal, JournalEntry, from_json, to_json
+
+    journal = Journal(
+        "applied",
+        "p",
+        (
+            JournalEntry("irqbalance:debian", "/etc/default/irqbalance", SITE,
+                         FileMeta("regular", 0o640, 1234, 5678)),
+            JournalEntry("bootloader:grub", "/etc/default/grub.d/90-mcpnode.cfg", "", ABSENT),
+            JournalEntry("vm.swappiness", "/proc/sys/vm/swappiness", "60"),
+        ),
+    )  # fmt: skip
+    assert from_json(to_json(journal), "j").entries == journal.entries
+    doc = json.loads(to_json(journal))
+    assert doc["entries"][0]["file"] == {"type": "regular", "mode": 0o640, "uid": 1234, "gid": 5678}
+    assert doc["entries"][1]["file"] == {"type": "absent"}
+    assert "file" not in doc["entries"][2]
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"key": "vm.swappiness", "path": "/proc/sys/vm/swappiness", "original": "1",
+          "file": {"type": "absent"}}, "not a file key"),
+        ({"key": "irqbalance:debian", "path": "/etc/default/irqbalance", "original": "x",
+          "file": {"type": "absent"}}, "an absent file has no original text"),
+        ({"key": "irqbalance:debian", "path": "/etc/default/irqbalance", "original": "x",
+          "file": {"type": "symlink", "target": "/etc/shadow"}}, "regular | absent"),
+        ({"key": "irqbalance:debian", "path": "/etc/default/irqbalance", "original": "x",
+          "file": {"type": "regular", "mode": 0o17777, "uid": 0, "gid": 0}}, "file mode"),
+        ({"key": "irqbalance:debian", "path": "/etc/default/irqbalance", "original": "x",
+          "file": {"type": "regular", "mode": 0o644}}, "{type, mode, uid, gid}"),
+    ],
+)  # fmt: skip
+def test_a_tampered_file_record_is_refused(entry: dict[str, Any], problem: str) -> None:
+    from mcpnode.tuning.errors import JournalError
+    from mcpnode.tuning.journal import SCHEMA, from_json
+
+    doc = {"schema": SCHEMA, "state": "applied", "profile": "p", "entries": [entry],
+           "persist": None, "modules": []}  # fmt: skip
+    with pytest.raises(JournalError, match=problem.replace("|", r"\|").replace("{", r"\{")):
+        from_json(json.dumps(doc), "j")
