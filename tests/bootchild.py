@@ -4,13 +4,18 @@ are tmpfs there, and the boot tools are fakes first on PATH that record every ca
 nvidia-smi stand-ins do elsewhere. Nothing outside the namespace is written: the journal goes
 to --state-dir, the profile holds no other section. Standard library only (plus tests/).
 
-argv[1]: a JSON object {"method": "grub"|"grubby", "work": DIR, "repo": DIR}. Prints JSON."""
+argv[1]: a JSON object {"method": "grub"|"grubby", "work": DIR, "repo": DIR}, and for "grub"
+optionally "dropin": what /etc/default/grub.d/90-mcpnode.cfg is before apply ("regular": 0640
+owned 1234:5678; "loose": 0666; "symlink" to /etc/default/grub.real; "dangling"; "dir": a link
+to a directory) and "fail": update-grub exits 1. Prints JSON, with "files": the drop-in's
+type, mode, owner and text after each step."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +56,48 @@ open(state, "w").write(" ".join(args) + "\\n")
 
 FAKE_UPDATE_GRUB = """#!/bin/sh
 echo "update-grub $*" >> "$FAKE_BOOT_LOG"
+if [ "$*" != "--version" ] && [ -n "$FAKE_BOOT_FAIL" ]; then exit 1; fi
 """
+DROPIN = Path("/etc/default/grub.d/90-mcpnode.cfg")
+SITE_TEXT = 'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX site=1"\n'
+
+
+def lay_dropin(kind: str) -> None:
+    """The drop-in as a site might have it before mcpnode's first apply."""
+    DROPIN.parent.mkdir(parents=True, exist_ok=True)
+    real = Path("/etc/default/grub.real")
+    if kind in ("regular", "loose"):
+        DROPIN.write_text(SITE_TEXT)
+        os.chown(DROPIN, 1234, 5678)
+        DROPIN.chmod(0o640 if kind == "regular" else 0o666)
+    elif kind == "symlink":
+        real.write_text(SITE_TEXT)
+        real.chmod(0o644)
+        DROPIN.symlink_to(real)
+    elif kind == "dangling":
+        DROPIN.symlink_to("/etc/default/nowhere.cfg")
+    elif kind == "dir":
+        Path("/etc/default/grub.dir").mkdir()
+        DROPIN.symlink_to("../grub.dir")
+
+
+def describe(path: Path) -> dict[str, object] | None:
+    """Type, mode, owner and text (or link target) of `path`, None when absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return {"type": "symlink", "target": os.readlink(path)}
+    doc: dict[str, object] = {
+        "type": "regular" if stat.S_ISREG(st.st_mode) else "other",
+        "mode": stat.S_IMODE(st.st_mode),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+    }
+    if stat.S_ISREG(st.st_mode):
+        doc["text"] = path.read_text()
+    return doc
 
 
 def main() -> None:
@@ -73,6 +119,7 @@ def main() -> None:
     else:
         Path("/etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet"\n')
         (bin_dir / "update-grub").write_text(FAKE_UPDATE_GRUB)
+        lay_dropin(params.get("dropin", "absent"))
     for fake in bin_dir.iterdir():
         fake.chmod(0o755)
     env = {
@@ -80,6 +127,7 @@ def main() -> None:
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
         "FAKE_BOOT_LOG": str(log),
         "FAKE_BOOT_STATE": str(state),
+        "FAKE_BOOT_FAIL": "1" if params.get("fail") else "",
         "PYTHONPATH": repo,
     }
     for tool in ("grubby", "update-grub", "grub2-mkconfig", "grub-mkconfig"):
@@ -98,15 +146,18 @@ def main() -> None:
 
     common = ("--root", "/", "--state-dir", str(state_dir))
     steps: dict[str, object] = {}
+    files: dict[str, object] = {"before": describe(DROPIN)}
+    steps["files"] = files
     steps["apply"] = mcpnode("apply", "--profile", "boot-test", *common)
-    steps["dropin"] = (
-        Path("/etc/default/grub.d/90-mcpnode.cfg").read_text()
-        if Path("/etc/default/grub.d/90-mcpnode.cfg").exists()
-        else None
-    )
+    files["apply"] = describe(DROPIN)
+    files["real"] = describe(Path("/etc/default/grub.real"))
+    steps["journal_after_apply"] = (state_dir / "tuning-journal.json").exists()
+    steps["dropin"] = DROPIN.read_text() if DROPIN.is_file() else None
     steps["args_after_apply"] = state.read_text().strip() if state.exists() else None
     steps["verify"] = mcpnode("verify", "--profile", "boot-test", *common, "--format", "json")
     steps["rollback"] = mcpnode("rollback", *common)
+    files["rollback"] = describe(DROPIN)
+    files["real_after_rollback"] = describe(Path("/etc/default/grub.real"))
     steps["dropin_after_rollback"] = Path("/etc/default/grub.d/90-mcpnode.cfg").exists()
     steps["args_after_rollback"] = state.read_text().strip() if state.exists() else None
     steps["calls"] = log.read_text().splitlines()

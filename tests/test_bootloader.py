@@ -47,8 +47,9 @@ def _ns_reason() -> str | None:
 needs_ns = pytest.mark.skipif(_ns_reason() is not None, reason=_ns_reason() or "")
 
 
-def in_namespace(method: str, work: Path) -> dict[str, Any]:
-    params = json.dumps({"method": method, "work": str(work), "repo": str(REPO)})
+def in_namespace(method: str, work: Path, **extra: object) -> dict[str, Any]:
+    """tests/bootchild.py's steps; `extra`: its optional parameters (dropin, fail)."""
+    params = json.dumps({"method": method, "work": str(work), "repo": str(REPO), **extra})
     proc = subprocess.run(
         ["unshare", "--mount", "--", sys.executable, str(REPO / "tests" / "bootchild.py"), params],
         capture_output=True, text=True, timeout=300, check=False,

@@ -380,6 +380,8 @@ def test_select_all_local() -> None:
         ("8", None, "'8': no GPU with that index"),
         ("GPU-00000000-0000-0000-0000-000000000000", None, "not a GPU index"),
         ("-1", None, "'-1'"),
+        ("00", None, "'00': not a GPU index"),  # a leading zero is refused, never GPU 0
+        ("03", None, "'03': not a GPU index"),
         ("", None, "''"),
         ("all-local", None, "all-local"),
         ("all-local", CpuSet({0, 48}), "all-local: no GPU's NUMA node holds"),

@@ -278,6 +278,47 @@ def test_stale_temp_files_of_killed_writers_are_removed(root: Path) -> None:
     assert not stale.exists() and live.exists() and other.exists()
 
 
+@pytest.mark.parametrize("command", [("rollback",), ("apply", "--profile", "base")])
+def test_a_killed_writers_temporaries_are_removed_when_a_run_starts(
+    root: Path, command: tuple[str, ...]
+) -> None:
+    """A crash between create and rename leaves `.90-mcpnode.conf.PID.RAND.tmp` in
+    /etc/sysctl.d (and beside irqbalance's file): the next apply or rollback removes it at
+    start, though it does not write that file. Only regular files of exactly that pattern whose
+    writer is gone; a link named like one is not followed nor removed."""
+    sysctl_d, default = root / "etc/sysctl.d", root / "etc/default"
+    sysctl_d.mkdir(parents=True, exist_ok=True)
+    default.mkdir(parents=True, exist_ok=True)
+    dead, alive = dead_pid(), os.getpid()
+    stale = [
+        sysctl_d / f".90-mcpnode.conf.{dead}.deadbeef.tmp",
+        default / f".irqbalance.{dead}.0123abcd.tmp",
+    ]
+    for path in stale:
+        path.write_text("half")
+    target = root / "etc/keep.conf"
+    target.write_text("kept\n")
+    kept = [
+        sysctl_d / f".90-mcpnode.conf.{alive}.cafebabe.tmp",  # a writer still running
+        sysctl_d / f".90-mcpnode.conf.{dead}.deadbee.tmp",  # 7 hex digits: not our name
+        sysctl_d / f".90-mcpnode.conf.0{dead}.deadbeef.tmp",  # a pid is never 0-padded
+        sysctl_d / f".99-site.conf.{dead}.deadbeef.tmp",  # another file's
+        sysctl_d / f".90-mcpnode.conf.{dead}.deadbeef.tmp.bak",
+    ]
+    for path in kept:
+        path.write_text("x")
+    link = sysctl_d / f".90-mcpnode.conf.{dead}.0badf00d.tmp"
+    link.symlink_to("../keep.conf")
+    directory = sysctl_d / f".90-mcpnode.conf.{dead}.00000000.tmp"
+    directory.mkdir()
+    code, _, err = cli(root, *command)
+    assert code == 0, err
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept)
+    assert link.is_symlink() and target.read_text() == "kept\n"
+    assert directory.is_dir()
+
+
 def test_a_killed_runs_unpacked_tarball_is_removed(tmp_path: Path) -> None:
     base = Path(tempfile.gettempdir())
     stale = base / f"mcpnode-root-{dead_pid()}-abcdefgh"

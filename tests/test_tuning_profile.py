@@ -107,6 +107,9 @@ HOSTILE: list[tuple[str, dict[str, str], str, str | None]] = [
     ("nul", {"evil": '[sysctl]\n"vm.swap\\u0000piness" = 1\n'}, "evil", "vm.swap\0piness"),
     ("upper", {"evil": '[sysctl]\n"VM.Swappiness" = 1\n'}, "evil", "VM.Swappiness"),
     ("one-segment", {"evil": '[sysctl]\n"swappiness" = 1\n'}, "evil", "swappiness"),
+    ("dash-segment", {"evil": '[sysctl]\n"kernel.-" = 1\n'}, "evil", "kernel.-"),
+    ("underscore-segment", {"evil": '[sysctl]\n"vm._" = 1\n'}, "evil", "vm._"),
+    ("leading-dash", {"evil": '[sysctl]\n"net.-core.x" = 1\n'}, "evil", "net.-core.x"),
     (
         "cycle",
         {"evil": '[profile]\ninclude = ["b"]\n', "b": '[profile]\ninclude = ["evil"]\n'},
@@ -196,9 +199,31 @@ def test_hostile_profile_rejected_with_zero_writes(
     assert tree(tmp_path) == before, f"{case}: the tree changed"
 
 
+@pytest.mark.parametrize("key", ["net.core", "net.ipv4.conf.all"])
+def test_a_key_naming_a_directory_is_refused_in_one_line(tmp_path: Path, key: str) -> None:
+    """`net.core` passes the name rules but is a directory of sysctls: apply (and its dry run)
+    stops with one line naming file and key instead of planning it as "skipped" and exiting 0."""
+    root = build(tmp_path / "root")
+    put(root, "proc/sys/net/ipv4/conf/all/rp_filter", "1\n")
+    profiles = write_profiles(tmp_path / "profiles", {"evil": f'[sysctl]\n"{key}" = 1\n'})
+    argv = ("--profile", "evil", "--root", str(root), "--profiles-dir", str(profiles))
+    for dry in ((), ("--dry-run",)):
+        code, out, err = run_cli("apply", *argv, *dry)
+        assert code == 2 and out == ""
+        assert err.splitlines() == [
+            f"mcpnode: ProfileError: {profiles / 'evil.toml'}: [sysctl] {key!r}: names the "
+            f"directory /proc/sys/{key.replace('.', '/')}, not a sysctl: name one of the files "
+            "in it"
+        ]
+    assert not (root / "var/lib/mcpnode/tuning-journal.json").exists()
+    # verify reads it as any unreadable key: unknown (3), never compliant.
+    code, out, _ = run_cli("verify", *argv)
+    assert code == 3 and "is a directory" in out
+
+
 # -- properties of the parser ---------------------------------------------------------------
 
-segment = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=12)
+segment = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,11}", fullmatch=True)
 # Valid keys: not the sensitive ones, which need allow_sensitive (tested apart).
 sysctl_keys = (
     st.lists(segment, min_size=2, max_size=5)

@@ -11,7 +11,7 @@ Under a tarball root each of them raises AccessDenied (EROFS): the archive is ne
 Modes are set explicitly (fchmod/chmod), so what mcpnode creates has the same modes whatever
 the caller's umask (files 0644 or as asked, directories 0755: the unit's UMask=0022). A
 temporary file left by a SIGKILLed writer (`.NAME.PID.RAND.tmp`, PID no longer running) is
-removed by the next write of the same file.
+removed by the next write of the same file, or by `remove_stale_temps` when a writer starts.
 
 Test hooks, read at each write, never at import: with `MCPNODE_FAULT_KILL_AFTER_WRITES=N` in
 the environment the process SIGKILLs itself right after its N-th successful write (these, and
@@ -37,16 +37,13 @@ from mcpnode.host.trust import _mode_problem, _pid_running, _untrusted_dirs
 
 # The crash-test hook (module docstring). Counted per process, across every Host object, because
 # the journal may live under a different Host (--state-dir) than the sysctls it protects.
-# The crash-test hook (module docstring). Counted per process, across every Host object, because
-# the journal may live under a different Host (--state-dir) than the sysctls it protects.
 FAULT_ENV = "MCPNODE_FAULT_KILL_AFTER_WRITES"
 STOP_ENV = "MCPNODE_FAULT_STOP_AFTER_WRITES"
 _writes_done = 0
-# Our temporary files: `.NAME.PID.RANDHEX.tmp`.
-# Our temporary files: `.NAME.PID.RANDHEX.tmp` (write_file_atomic) and tarball copies
-# `mcpnode-root-PID-*` in the temporary directory (Host on a tarball).
-_TMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.[0-9a-f]{8}\.tmp\Z")
-# A lock file holds one JSON line naming its holder.
+# Our temporary files: `.NAME.PID.RANDHEX.tmp` (write_file_atomic: a pid as the kernel prints
+# it, no leading zero, and os.urandom(4).hex()). Tarball copies `mcpnode-root-PID-*` in the
+# temporary directory (Host on a tarball) are host/root.py's.
+_TMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z")
 # A lock file holds one JSON line naming its holder.
 _LOCK_INFO_LIMIT = 4096
 _LOCK_POLL_S = 0.02
@@ -67,19 +64,29 @@ def _count_write() -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _remove_stale_temps(dir_fs: str, name: str) -> None:
+def _remove_stale_temps(dir_fs: str, name: str) -> int:
     """Unlink `.NAME.PID.RAND.tmp` files in `dir_fs` whose writer no longer runs (a SIGKILL
-    between create and rename leaves one; the file they were for is whole either way)."""
+    between create and rename leaves one; the file they were for is whole either way). Only
+    regular files of exactly that name pattern: a symlink or directory named like one is not
+    ours (lstat, never followed). Returns how many were removed."""
     try:
         entries = os.listdir(dir_fs)
     except OSError:
-        return
+        return 0
+    removed = 0
     for entry in entries:
         m = _TMP_NAME.match(entry)
         if m is None or m.group("name") != name or _pid_running(int(m.group("pid"))):
             continue
-        with contextlib.suppress(OSError):
-            os.unlink(f"{dir_fs.rstrip('/')}/{entry}")
+        path = f"{dir_fs.rstrip('/')}/{entry}"
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            os.unlink(path)
+        except OSError:
+            continue
+        removed += 1
+    return removed
 
 
 def _lock_holder(fd: int) -> dict[str, object]:
@@ -206,6 +213,21 @@ class HostWrites(HostReads):
             raise _translate_write(err, logical) from err
         self._fsync_dir(dir_fs)
         _count_write()
+
+    def remove_stale_temps(self, logical: str) -> int:
+        """Remove the temporary files a killed write_file_atomic of `logical` left beside it
+        (`.NAME.PID.RAND.tmp`, PID no longer running, regular files only), without writing
+        `logical` itself: for a writer's start, so a crash's leftovers do not wait for the next
+        write of that file. Best effort: 0 when the root is read-only (a tarball) or the
+        directory is absent. Returns how many were removed."""
+        parts = _split(logical)
+        if not parts or self._archive is not None or parts[-1] in ("..", "."):
+            return 0
+        try:
+            dir_fs = self.fs_path(self.realpath("/" + "/".join(parts[:-1])))
+        except HostError:
+            return 0
+        return _remove_stale_temps(dir_fs, parts[-1])
 
     @contextlib.contextmanager
     def lock(self, logical: str, *, wait_s: float, holder: dict[str, object]) -> Iterator[None]:

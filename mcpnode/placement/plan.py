@@ -198,7 +198,7 @@ def as_mig(parent: GpuPlacement, mig: MigPlacement) -> GpuPlacement:
     return replace(parent, uuid=mig.uuid, env=mig.env, mig=())
 
 
-_GPU_INDEX = re.compile(r"[0-9]{1,4}", re.ASCII)
+_GPU_INDEX = re.compile(r"0|[1-9][0-9]{0,3}", re.ASCII)  # no leading zero: "00" is no index
 
 
 def select_gpus(

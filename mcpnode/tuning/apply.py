@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
+import stat
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -35,13 +36,16 @@ from typing import Any, NoReturn
 
 import structlog
 
-from mcpnode.errors import HostError
-from mcpnode.host import FileStat, Host
+from mcpnode.errors import HostError, NotRegularFile, SymlinkLoop
+from mcpnode.host import Host
+from mcpnode.printable import printable
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
 from mcpnode.tuning.journal import (
+    ABSENT,
     AppliedBy,
     AppliedProfile,
+    FileMeta,
     Journal,
     JournalEntry,
     JournalStore,
@@ -53,7 +57,7 @@ from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values,
 from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
 from mcpnode.tuning.privilege import denied_hint
 from mcpnode.tuning.profile import Profile
-from mcpnode.tuning.state import Absent, Reading, read_state, read_value
+from mcpnode.tuning.state import Absent, Reading, read_state, read_value, refuse_directory_keys
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH
@@ -114,17 +118,19 @@ def _write(
     event: str,
     log: Any,
     whole_file: bool = False,
+    meta: FileMeta | None = None,
 ) -> Outcome:
     """One value write, logged. Returns the outcome; never raises HostError.
 
     An irqbalance key's value goes into its environment file (tuning/irq.py): `new` is the
     banned cpulist to set, or with `whole_file` (restores, undo) the file's original text; the
-    outcome's `old` is then the whole file as it was, so an undo puts it back byte for byte."""
+    outcome's `old` is then the whole file as it was, so an undo puts it back byte for byte.
+    `meta` (restores, undo): what the journal says the file was, put back with the text."""
     try:
         if item_key == paths.GRUBBY_KEY:
             old = _write_grubby(host, new, whole_file)
         elif item_key in paths.FILE_KEYS:
-            old = _write_file_key(host, item_key, path, new, whole_file)
+            old = _write_file_key(host, item_key, path, new, whole_file, meta)
         else:
             host.write_text(path, new + "\n")
     except HostError as err:
@@ -137,40 +143,96 @@ def _write(
     return Outcome(item_key, path, old, new, written)
 
 
-def _write_file_key(host: Host, key: str, path: str, new: str, whole_file: bool) -> str:
-    """Write a whole-file key (paths.FILE_KEYS) atomically, keeping the file's mode and owner:
-    irqbalance's banned CPUs set in its environment file (tuning/irq.py), or with `whole_file`
-    (restores, undo) and for drop-ins `new` as the whole text, "" removing the file. Returns
-    the file's text before ("" when it did not exist). Raises HostError."""
+def _write_file_key(
+    host: Host, key: str, path: str, new: str, whole_file: bool, meta: FileMeta | None = None
+) -> str:
+    """Write a whole-file key (paths.FILE_KEYS) atomically: irqbalance's banned CPUs set in its
+    environment file (tuning/irq.py), or with `whole_file` (restores, undo) and for drop-ins
+    `new` as the whole text. Returns the file's text before ("" when it did not exist).
+
+    Applying (no `meta`) keeps the file's own mode (safe_mode) and owner, creates a new file
+    0644, and "" removes a drop-in; a symbolic link or other non-regular file there is refused
+    (current_meta). Restoring with `meta` (the journal's record, or the file as an undone run
+    found it) puts the file back exactly: removed when it was absent, else a regular file with
+    the recorded text, mode and owner, replacing whatever is there now (rename(2) replaces a
+    link, never writes through it). Raises HostError."""
     from mcpnode.tuning.irq import MAX_ENV_FILE_BYTES, with_banned
 
-    before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
-    irqbalance = key in paths.IRQBALANCE_FILES
-    text = with_banned(before or "", new) if irqbalance and not whole_file else new
-    st = host.lstat(path)
-    _put(host, path, text, st, keep_empty=irqbalance)
+    prior: FileMeta | None
+    if meta is not None:
+        try:
+            prior = current_meta(host, path)
+            before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
+        except HostError:  # a link (or unreadable): replaced all the same, not put back
+            prior, before = None, None
+        _put(host, path, new, meta)
+    else:
+        prior = current_meta(host, path)  # before reading: a link is refused, not followed
+        before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
+        irqbalance = key in paths.IRQBALANCE_FILES
+        text = with_banned(before or "", new) if irqbalance and not whole_file else new
+        if text == "" and not irqbalance:
+            host.remove(path)
+        else:
+            _put(host, path, text, prior if prior.kind == "regular" else FileMeta("regular"))
     if key == "bootloader:grub":
         from mcpnode.tuning.bootloader import regenerate_grub
 
         try:
             regenerate_grub(host)  # GRUB reads grub.cfg, not the drop-in (tuning/bootloader.py)
         except HostError:
-            # This step failed as a whole: the drop-in goes back before the error is reported,
-            # so the caller's undo (which skips a failed write) has nothing left behind.
-            _put(host, path, before or "", st, keep_empty=False)
+            # This step failed as a whole: the drop-in goes back as it was (absent, or its text,
+            # mode and owner) before the error is reported, so the caller's undo (which skips a
+            # failed write) has nothing left behind.
+            if prior is not None:
+                _put(host, path, before or "", prior)
             raise
     return before or ""
 
 
-def _put(host: Host, path: str, text: str, st: FileStat | None, *, keep_empty: bool) -> None:
-    """`text` as the whole file (mode and owner of `st` kept); "" removes it unless
-    `keep_empty`."""
-    if text == "" and not keep_empty:
+def current_meta(host: Host, path: str) -> FileMeta:
+    """What `path` is now: absent, or a regular file's mode and owner. A symbolic link raises
+    SymlinkLoop and anything else that is not a regular file NotRegularFile: mcpnode neither
+    writes through a link (the file it points to may be anyone's, anywhere) nor replaces one
+    (the administrator's link would silently stop meaning anything), like systemd's
+    WRITE_STRING_FILE_NOFOLLOW (docs/tuning.md, "Files mcpnode replaces")."""
+    st = host.lstat(path)
+    if st is None:
+        return ABSENT
+    if stat.S_ISLNK(st.mode):
+        target = host.readlink(path)
+        shown = printable(target[:200]) if target is not None else "?"
+        raise SymlinkLoop(
+            path,
+            None,
+            f"is a symbolic link (to {shown}): mcpnode replaces this file only when it is a "
+            "regular file or absent; make it a regular file (or leave this setting out) and "
+            "apply again",
+        )
+    if not stat.S_ISREG(st.mode):
+        raise NotRegularFile(path, None, "is not a regular file: mcpnode will not replace it")
+    return FileMeta.regular(st)
+
+
+def safe_mode(mode: int | None) -> int:
+    """The permission bits mcpnode writes a file with, from a recorded or found `mode`: never
+    group- or world-writable, never setuid, setgid or sticky (these are configuration files a
+    root service or grub-mkconfig reads: whoever can write one runs code as root). 0777 is what
+    lstat() answers for every symbolic link on Linux, so it means "no mode": 0644."""
+    if mode is None or mode & 0o777 == 0o777:
+        return 0o644
+    return mode & 0o755
+
+
+def _put(host: Host, path: str, text: str, meta: FileMeta) -> None:
+    """Make `path` what `meta` says with `text`: absent removes it (a link itself, never its
+    target), regular writes `text` with the mode (safe_mode) and owner recorded."""
+    if meta.kind == "absent":
         host.remove(path)
         return
-    mode = st.mode & 0o7777 if st is not None else 0o644
-    owner = (st.uid, st.gid) if st is not None else None
-    host.write_file_atomic(path, text.encode("utf-8"), mode=mode, owner=owner)
+    host.write_file_atomic(
+        path, text.encode("utf-8"), mode=safe_mode(meta.mode), owner=(meta.uid, meta.gid)
+    )
 
 
 def _write_grubby(host: Host, new: str, whole: bool) -> str:
@@ -198,9 +260,11 @@ def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Out
                 text = host.read_optional(entry.path, limit=1 << 16) or ""
         except HostError:
             text = None
-        if text == entry.original:
+        if text == entry.original and _file_is(host, entry.path, entry.file):
             return Outcome(entry.key, entry.path, text, entry.original, "unchanged")
-        return _write(host, entry.key, entry.path, text, entry.original, event, log, True)
+        return _write(
+            host, entry.key, entry.path, text, entry.original, event, log, True, entry.file
+        )
     reading = read_value(host, entry.path)
     if isinstance(reading, Absent):
         log.warning(event, key=entry.key, old=None, new=entry.original, result="gone")
@@ -209,6 +273,25 @@ def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Out
         return Outcome(entry.key, entry.path, reading, entry.original, "unchanged")
     old = reading if isinstance(reading, str) else None
     return _write(host, entry.key, entry.path, old, entry.original, event, log)
+
+
+def _file_is(host: Host, path: str, meta: FileMeta | None) -> bool:
+    """Whether `path` is still what `meta` says (type, mode and owner); True without a `meta`
+    (a journal from before they were recorded: the text alone is compared)."""
+    if meta is None:
+        return True
+    try:
+        st = host.lstat(path)
+    except HostError:
+        return False
+    if meta.kind == "absent":
+        return st is None
+    return (
+        st is not None
+        and stat.S_ISREG(st.mode)
+        and st.mode & 0o7777 == safe_mode(meta.mode)
+        and (st.uid, st.gid) == (meta.uid, meta.gid)
+    )
 
 
 def _restore_persisted(host: Host, record: PersistRecord, log: Any) -> Outcome:
@@ -221,10 +304,14 @@ def _restore_persisted(host: Host, record: PersistRecord, log: Any) -> Outcome:
         if record.original is None:
             host.remove(record.path)
         elif current != record.original or not _meta_matches(host, record):
+            # Replaces whatever is there now (a link included: rename(2) never follows one)
+            # with the original as a regular file, its mode made safe (safe_mode).
             owner = None if record.uid is None or record.gid is None else (record.uid, record.gid)
-            mode = 0o644 if record.mode is None else record.mode
             host.write_file_atomic(
-                record.path, record.original.encode("utf-8"), mode=mode, owner=owner
+                record.path,
+                record.original.encode("utf-8"),
+                mode=safe_mode(record.mode),
+                owner=owner,
             )
         else:
             return Outcome(PERSIST_KEY, record.path, current, "original", "unchanged")
@@ -241,16 +328,22 @@ def _restore_persisted(host: Host, record: PersistRecord, log: Any) -> Outcome:
 
 
 def _meta_matches(host: Host, record: PersistRecord) -> bool:
-    """Whether the file still has the mode and owner recorded (True when none was recorded)."""
+    """Whether the file is still a regular file with the mode and owner recorded (True when
+    none was recorded and it is not a symbolic link)."""
     if record.mode is None:
-        return True
+        try:
+            st = host.lstat(record.path)
+        except HostError:
+            return False
+        return st is None or not stat.S_ISLNK(st.mode)
     try:
         st = host.lstat(record.path)
     except HostError:
         return False
     return (
         st is not None
-        and st.mode & 0o7777 == record.mode
+        and stat.S_ISREG(st.mode)
+        and st.mode & 0o7777 == safe_mode(record.mode)
         and (st.uid, st.gid) == (record.uid, record.gid)
     )
 
@@ -272,6 +365,28 @@ def _restore_everything(
     return result
 
 
+# Every file this engine replaces with Host.write_file_atomic: its temporaries a SIGKILL left
+# behind are removed when a run starts, like the journal's (tuning/journal.py).
+ATOMIC_FILES = (
+    paths.PERSIST_PATH,
+    *paths.IRQBALANCE_FILES.values(),
+    paths.BOOT_PATHS["bootloader:grub"],
+    *paths.SYSTEMD_DROPINS.values(),
+)
+
+
+def _remove_stale_temps(host: Host, store: JournalStore, log: Any) -> None:
+    """At the start of a run, under the state lock: the temporary files (`.NAME.PID.RAND.tmp`)
+    an apply or rollback killed between create and rename left beside the files it writes, so
+    a crash's leftover does not stay in /etc/sysctl.d until that file is written again. Only
+    those whose writer is gone (host/write.py)."""
+    removed = store.host.remove_stale_temps(store.path)
+    for path in ATOMIC_FILES:
+        removed += host.remove_stale_temps(path)
+    if removed:
+        log.info("cleanup", removed=removed, result="stale temporary files removed")
+
+
 def rollback(host: Host, store: JournalStore, log: Any | None = None) -> RollbackResult:
     """Restore every original recorded in the journal (the persisted file with its mode and
     owner), then remove the persisted file and the journal. Nothing to do without a journal.
@@ -279,6 +394,7 @@ def rollback(host: Host, store: JournalStore, log: Any | None = None) -> Rollbac
     journal) or RollbackIncomplete (some originals could not be written; the journal is kept)."""
     log = log if log is not None else logger()
     with store.lock.hold(store.wait_s):
+        _remove_stale_temps(host, store, log)
         journal = store.load()
         if journal is None:
             return RollbackResult(store.shown, None, ())
@@ -292,6 +408,7 @@ def recover(host: Host, store: JournalStore, log: Any | None = None) -> tuple[Ou
     Raises LockBusy, JournalError or RollbackIncomplete like rollback."""
     log = log if log is not None else logger()
     with store.lock.hold(store.wait_s):
+        _remove_stale_temps(host, store, log)
         journal = store.load()
         if journal is None or journal.state == "applied":
             return ()
@@ -351,6 +468,7 @@ def apply_profile(
     if dry_run:
         return _apply(host, profile, store, persist, True, hold, by, log, partition)
     with store.lock.hold(store.wait_s):
+        _remove_stale_temps(host, store, log)
         return _apply(host, profile, store, persist, False, hold, by, log, partition)
 
 
@@ -389,6 +507,7 @@ def _apply(
     known_managed = journal.managed_irqs if journal is not None else ()
     refused_before = frozenset(known_managed)
 
+    refuse_directory_keys(host, profile)
     state = read_state(host, profile, extra, partition=partition, managed=refused_before)
     current = plan(profile, state)
     loads: tuple[Outcome, ...] = ()
@@ -411,6 +530,16 @@ def _apply(
             f"{paths.PERSIST_PATH} from an earlier --persist is left as it was "
             "(apply --persist to update it, rollback to remove it)"
         )
+    # Every whole file this run may replace, as it is now: a symbolic link (or a directory)
+    # there stops the run here, before the journal and the first write (current_meta), and a
+    # dry run says so too. What is found is what the journal records and an undo puts back.
+    found = {
+        i.path: current_meta(host, i.path)
+        for i in (*(r for r in restores if r.action == "set"), *current.writes)
+        if i.key in paths.FILE_KEYS
+    }
+    if persist:
+        found[paths.PERSIST_PATH] = current_meta(host, paths.PERSIST_PATH)
     if dry_run:
         return ApplyResult(
             profile=profile.name,
@@ -432,7 +561,7 @@ def _apply(
     kept = [e for e in base.entries if e.path in planned_paths or e in held]
     known = {e.path for e in base.entries}
     added = [
-        JournalEntry(i.key, i.path, _original(i, state.readings.get(i.path)))
+        JournalEntry(i.key, i.path, _original(i, state.readings.get(i.path)), found.get(i.path))
         for i in current.writes
         if i.path not in known and (i.current is not None or i.key in paths.RAW_KEYS)
     ]
@@ -458,16 +587,20 @@ def _apply(
 
     done: list[Outcome] = []
     managed: list[Outcome] = []
+    originals = {e.path: e.file for e in base.entries}
     for item in todo:
         assert item.desired is not None
         whole = item.rule == "original"  # a restore of an entry the profile no longer sets
-        outcome = _write(host, item.key, item.path, item.current, item.desired, "write", log, whole)
+        meta = originals.get(item.path) if whole else None
+        outcome = _write(
+            host, item.key, item.path, item.current, item.desired, "write", log, whole, meta
+        )
         if outcome.failed and _is_managed(item.key, outcome):
             log.info("write", key=item.key, old=item.current, new=item.desired, result="managed")
             managed.append(replace(outcome, result="managed"))
             continue
         if outcome.failed:
-            _fail(host, store, journal, done, outcome, log)
+            _fail(host, store, journal, done, outcome, log, found)
         done.append(outcome)
     if persist and conf is not None:
         try:
@@ -477,7 +610,7 @@ def _apply(
                 PERSIST_KEY, paths.PERSIST_PATH, None, profile.name, "failed", str(err), err.errno
             )
             log.error("write", key=PERSIST_KEY, old=None, new=profile.name, result="failed")
-            _fail(host, store, journal, done, failure, log)
+            _fail(host, store, journal, done, failure, log, found)
         log.info("write", key=PERSIST_KEY, old=None, new=profile.name, result="ok")
 
     # Kept even with no entries: it records which profile is applied (tuning/active.py).
@@ -574,12 +707,15 @@ def _fail(
     done: list[Outcome],
     failure: Outcome,
     log: Any,
+    found: dict[str, FileMeta],
 ) -> NoReturn:
-    """Undo `done` in reverse, put the journal back as it was before this run, raise."""
+    """Undo `done` in reverse, put the journal back as it was before this run, raise. `found`:
+    each whole file as it was before this run (absent, or its mode and owner)."""
     undone = []
     for o in reversed(done):
         if o.key in paths.RAW_KEYS:  # the whole file (or grubby's args) as it was
-            undone.append(_write(host, o.key, o.path, o.new, o.old or "", "undo", log, True))
+            meta = found.get(o.path)
+            undone.append(_write(host, o.key, o.path, o.new, o.old or "", "undo", log, True, meta))
             continue
         assert o.old is not None
         undone.append(_write(host, o.key, o.path, o.new, restorable(o.old), "undo", log))

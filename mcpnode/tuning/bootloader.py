@@ -28,8 +28,9 @@ reports the arguments that are wanted but not active (`tuning.bootloader`).
 
 Arguments are validated strictly: `name` or `name=value` of [A-Za-z0-9_.,:/@+-], so nothing can
 reach the shell that sources /etc/default/grub. Arguments that switch off a security feature
-(`mitigations=off`, `nokaslr`, `selinux=0`, ...: SENSITIVE_ARGS) need
-`allow_sensitive = ["cmdline:NAME"]` in the profile, like sensitive sysctls.
+(`mitigations=off`, `nokaslr`, `selinux=00`, `intel-iommu=off`, ...: judged as the kernel
+parses them, tuning/sensitive_cmdline.py) need `allow_sensitive = ["cmdline:NAME"]` in the
+profile, like sensitive sysctls.
 """
 
 from __future__ import annotations
@@ -41,35 +42,11 @@ from typing import Literal
 
 from mcpnode.errors import CommandFailed, HostError
 from mcpnode.host import Host
-from mcpnode.tuning import paths
+from mcpnode.tuning import paths, sensitive_cmdline
 
 ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/@+-]{1,256})?\Z", re.ASCII)
 ISOLATE = ("nohz_full", "rcu_nocbs", "isolcpus")
 GRUB_DROPIN_TEXT_HEAD = "# Written by mcpnode ([bootloader]); `mcpnode rollback` removes it.\n"
-
-# name -> (values that are sensitive; empty: any value or the bare flag), why.
-# Documentation/admin-guide/kernel-parameters.txt for each.
-SENSITIVE_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
-    "mitigations": (("off",), "turns off every CPU vulnerability mitigation"),
-    "nokaslr": ((), "disables kernel address space layout randomisation"),
-    "nopti": ((), "disables page table isolation (Meltdown)"),
-    "pti": (("off",), "disables page table isolation (Meltdown)"),
-    "spectre_v2": (("off",), "disables the Spectre v2 mitigations"),
-    "nospectre_v2": ((), "disables the Spectre v2 mitigations"),
-    "selinux": (("0",), "disables SELinux"),
-    "apparmor": (("0",), "disables AppArmor"),
-    "security": ((), "selects (or drops) the Linux security module"),
-    "lsm": ((), "selects the Linux security modules"),
-    "enforcing": (("0",), "boots SELinux permissive"),
-    "lockdown": ((), "changes kernel lockdown"),
-    "module.sig_enforce": (("0",), "allows unsigned kernel modules"),
-    "init": ((), "replaces the init program: code execution as PID 1"),
-    "rdinit": ((), "replaces the initramfs init program: code execution"),
-    "iommu": (("off",), "disables the IOMMU: devices may DMA anywhere in memory"),
-    "intel_iommu": (("off",), "disables the IOMMU: devices may DMA anywhere in memory"),
-    "amd_iommu": (("off",), "disables the IOMMU: devices may DMA anywhere in memory"),
-    "audit": (("0",), "disables the audit subsystem"),
-}
 
 Method = Literal["grubby", "grub", "kernelstub", "systemd-boot", "none"]
 
@@ -85,15 +62,15 @@ def arg_problem(arg: str) -> str | None:
 
 
 def sensitive_arg(arg: str) -> str | None:
-    """Why `arg` needs `allow_sensitive = ["cmdline:NAME"]`, or None (pure)."""
-    name, _, value = arg.partition("=")
-    entry = SENSITIVE_ARGS.get(name)
-    if entry is None:
-        return None
-    values, why = entry
-    if values and value not in values:
-        return None
-    return why
+    """Why `arg` needs `allow_sensitive = ["cmdline:NAME"]` (NAME as sensitive_flag gives it),
+    or None: judged as the kernel parses names and values (tuning/sensitive_cmdline.py)."""
+    return sensitive_cmdline.sensitive(arg)
+
+
+def sensitive_flag(arg: str) -> str:
+    """`cmdline:NAME` for `arg`, with `-` folded to `_` as the kernel compares names, so
+    `intel-iommu=off` and `intel_iommu=off` need the same allow-list entry."""
+    return "cmdline:" + sensitive_cmdline.flag_name(arg)
 
 
 def split_cmdline(text: str) -> list[str]:

@@ -9,6 +9,9 @@ replaced atomically (temp + fsync + rename + directory fsync) at every change.
      "profile": "inference-latency",
      "entries": [{"key": "net.core.somaxconn", "path": <its file under /proc/sys>,
                   "original": "4096"}, ...],              # first original of each key, in order
+                 # a whole-file key's entry also says what the file was:
+                 #   "file": {"type": "regular", "mode": 420, "uid": 0, "gid": 0}
+                 #         | {"type": "absent"}
      "persist": {"path": "/etc/sysctl.d/90-mcpnode.conf", "original": null,
                  "mode": 420, "uid": 0, "gid": 0} | null,  # the file before mcpnode wrote it
      "modules": ["tcp_bbr"],                               # loaded by mcpnode (never unloaded)
@@ -19,6 +22,11 @@ replaced atomically (temp + fsync + rename + directory fsync) at every change.
 `applied` answers "which profile is this host tuned with" (tuning/active.py): it is kept while
 the profile stays applied, even when no key needed writing (a journal with no entries), and goes
 with the journal at rollback. Older journals without it are read as applied by "cli".
+
+A whole-file entry's `file` is restored exactly: an absent file is removed again, a regular file
+comes back with its content, permission bits and owner. A symbolic link is never journaled:
+apply refuses to replace one (docs/tuning.md, "Files mcpnode replaces"). Journals written before
+`file` existed restore with the file's mode and owner as found, never group- or world-writable.
 
 `managed_irqs` lists the interrupts whose `smp_affinity_list` write the kernel refused with EIO
 (tuning/irq.py): later plans leave them alone instead of retrying. An `irqbalance:*` entry's
@@ -62,11 +70,34 @@ _HASH = re.compile(r"sha256:[0-9a-f]{64}\Z")
 _WHEN = re.compile(r"[0-9T:+.Z-]{10,40}\Z")
 
 
+FileKind = Literal["regular", "absent"]
+FILE_KINDS: tuple[FileKind, ...] = ("regular", "absent")
+
+
+@dataclass(frozen=True)
+class FileMeta:
+    """What a whole-file key's file was before mcpnode first wrote it: absent, or a regular
+    file with these permission bits and owner."""
+
+    kind: FileKind
+    mode: int = 0o644
+    uid: int = 0
+    gid: int = 0
+
+    @staticmethod
+    def regular(st: FileStat) -> FileMeta:
+        return FileMeta("regular", st.mode & 0o7777, st.uid, st.gid)
+
+
+ABSENT = FileMeta("absent")
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     key: str
     path: str
     original: str  # what to write back (enum files: the selected token)
+    file: FileMeta | None = None  # whole-file keys: the file's type, mode and owner then
 
 
 @dataclass(frozen=True)
@@ -124,9 +155,7 @@ def to_json(journal: Journal) -> str:
         "schema": SCHEMA,
         "state": journal.state,
         "profile": journal.profile,
-        "entries": [
-            {"key": e.key, "path": e.path, "original": e.original} for e in journal.entries
-        ],
+        "entries": [_entry_json(e) for e in journal.entries],
         "persist": _persist_json(journal.persist),
         "modules": list(journal.modules),
         "applied": (
@@ -143,6 +172,34 @@ def to_json(journal: Journal) -> str:
     if journal.managed_irqs:  # only when there are some: journals without [irq] stay as they were
         doc["managed_irqs"] = list(journal.managed_irqs)
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _entry_json(entry: JournalEntry) -> dict[str, Any]:
+    doc: dict[str, Any] = {"key": entry.key, "path": entry.path, "original": entry.original}
+    meta = entry.file
+    if meta is not None:
+        doc["file"] = (
+            {"type": meta.kind}
+            if meta.kind == "absent"
+            else {"type": meta.kind, "mode": meta.mode, "uid": meta.uid, "gid": meta.gid}
+        )
+    return doc
+
+
+def _file_meta(raw: object) -> FileMeta:
+    """An entry's `file`; raises ValueError naming what is wrong."""
+    if not isinstance(raw, dict) or raw.get("type") not in FILE_KINDS:
+        raise ValueError("file is not {type: regular | absent, ...}")
+    if raw["type"] == "absent":
+        if set(raw) != {"type"}:
+            raise ValueError("file of an absent file has only a type")
+        return ABSENT
+    if set(raw) != {"type", *_META}:
+        raise ValueError("file of a regular file is {type, mode, uid, gid}")
+    mode, uid, gid = (_id_or_none(raw[k]) for k in _META)
+    if mode is None or uid is None or gid is None or mode > 0o7777:
+        raise ValueError("file mode/uid/gid are not a file mode and ids")
+    return FileMeta("regular", mode, uid, gid)
 
 
 def _persist_json(record: PersistRecord | None) -> dict[str, Any] | None:
@@ -190,9 +247,19 @@ def from_json(text: str, where: str) -> Journal:
     entries: list[JournalEntry] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_entries):
-        if not isinstance(raw, dict) or set(raw) != {"key", "path", "original"}:
-            raise JournalError(where, f"entry {i} is not {{key, path, original}}")
+        if not isinstance(raw, dict) or set(raw) not in (_ENTRY, {*_ENTRY, "file"}):
+            raise JournalError(where, f"entry {i} is not {{key, path, original[, file]}}")
         key, path, original = raw["key"], raw["path"], raw["original"]
+        meta = None
+        if "file" in raw:
+            if key not in paths.FILE_KEYS:
+                raise JournalError(where, f"entry {i}: {str(key)[:80]!r} is not a file key")
+            try:
+                meta = _file_meta(raw["file"])
+            except ValueError as err:
+                raise JournalError(where, f"entry {i}: {err}") from err
+            if meta.kind == "absent" and original != "":
+                raise JournalError(where, f"entry {i}: an absent file has no original text")
         if not isinstance(key, str) or not isinstance(path, str) or paths.path_of(key) != path:
             raise JournalError(where, f"entry {i}: {str(path)[:80]!r} is not the file of {key!r}")
         limit = MAX_ORIGINAL_BYTES if key in paths.FILE_KEYS else 4096
@@ -202,7 +269,7 @@ def from_json(text: str, where: str) -> Journal:
         if path in seen:
             raise JournalError(where, f"entry {i}: {key} recorded twice")
         seen.add(path)
-        entries.append(JournalEntry(key, path, original))
+        entries.append(JournalEntry(key, path, original, meta))
     persist = None
     raw_persist = doc.get("persist")
     if raw_persist is not None:
@@ -223,6 +290,10 @@ def from_json(text: str, where: str) -> Journal:
             raise JournalError(where, f"persist mode/uid/gid {err} is not a number") from err
         if mode is not None and mode > 0o7777:
             raise JournalError(where, f"persist mode {mode:o} is not a file mode")
+        if mode == 0o777:
+            # What lstat() says of every symbolic link on Linux: an earlier version journaled a
+            # symlinked 90-mcpnode.conf this way. Not a mode to restore (0644 is used instead).
+            mode = uid = gid = None
         persist = PersistRecord(paths.PERSIST_PATH, original, mode, uid, gid)
     modules = doc.get("modules", [])
     if not isinstance(modules, list) or not all(
@@ -246,6 +317,7 @@ def from_json(text: str, where: str) -> Journal:
 
 
 _META = ("mode", "uid", "gid")
+_ENTRY = {"key", "path", "original"}
 
 
 def _applied(doc: dict[str, Any], profile: str, where: str) -> AppliedProfile:

@@ -87,8 +87,10 @@ PERSIST_PATH = "/etc/sysctl.d/90-mcpnode.conf"
 
 # Sysctl names as profiles may write them: dot-separated segments of [a-z0-9_-], so `..`,
 # `/`, NUL and absolute paths cannot be expressed: a key resolves strictly under /proc/sys
-# (docs/tuning.md).
-_SEGMENT = re.compile(r"[a-z0-9_-]+\Z", re.ASCII)
+# (docs/tuning.md). A segment starts with a letter or digit: every name the kernel registers
+# does (kernel/sysctl.c, net/*/sysctl_net*.c; interface names under net.*.conf too in
+# practice), so `kernel.-` or `vm._` is a typo, not a key.
+_SEGMENT = re.compile(r"[a-z0-9][a-z0-9_-]*\Z", re.ASCII)
 MAX_KEY_LEN = 255
 MODULE_NAME = re.compile(r"[a-z0-9_-]{1,64}\Z", re.ASCII)
 
@@ -106,7 +108,7 @@ def sysctl_key_problem(key: str) -> str | None:
         if not seg:
             return "empty segment (leading, trailing or doubled '.')"
         if not _SEGMENT.match(seg):
-            return f"segment {seg[:40]!r} is not made of [a-z0-9_-]"
+            return f"segment {seg[:40]!r} is not a name (a letter or digit, then [a-z0-9_-])"
     return None
 
 

@@ -358,7 +358,11 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
             "must be a list of sysctl names and cmdline:NAME kernel parameters",
             "profile",
         )
-    allowed = frozenset(raw_allowed)
+    # `cmdline:intel-iommu` and `cmdline:intel_iommu` name one kernel parameter (parameq).
+    allowed = frozenset(
+        bootloader.sensitive_flag(k[len("cmdline:") :]) if k.startswith("cmdline:") else k
+        for k in raw_allowed
+    )
 
     settings: list[Setting] = []
     for key, value in _section(file, doc, "sysctl").items():
@@ -388,7 +392,7 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
             problem = bootloader.arg_problem(arg)
             if problem:
                 raise _err(file, "cmdline", problem, "bootloader")
-            flag = "cmdline:" + arg.partition("=")[0]
+            flag = bootloader.sensitive_flag(arg)
             why = bootloader.sensitive_arg(arg)
             if why is not None and flag not in allowed:
                 raise _err(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.tuning import paths
+from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.privilege import Privileges
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.values import Prefer
@@ -151,6 +152,22 @@ def _tokens(text: str | None) -> frozenset[str] | None:
     if text is None:
         return None
     return frozenset(t.strip("[]") for t in text.split())
+
+
+def refuse_directory_keys(host: Host, profile: Profile) -> None:
+    """Raise ProfileError for the first sysctl key that names a directory under /proc/sys
+    (`net.core`): it passes the name rules, but there is nothing to write, and it is a typo for
+    one of the files in it. apply refuses it in one line rather than planning it as "skipped"
+    and exiting 0; verify and the audit report it as unreadable (unknown), as any other."""
+    for setting in profile.settings:
+        path = paths.path_of(setting.key)
+        if path is not None and paths.is_sysctl_path(path) and host.is_dir(path):
+            raise ProfileError(
+                setting.source,
+                setting.key,
+                f"names the directory {path}, not a sysctl: name one of the files in it",
+                "sysctl",
+            )
 
 
 def read_state(
