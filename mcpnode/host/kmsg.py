@@ -102,6 +102,9 @@ _KMSG_DRAIN_BYTES = 64 << 20
 _HEAD = re.compile(r"([0-9]+),([0-9]+),([0-9]+),", re.ASCII)
 _PRIORITY_DIGITS = 10
 _U64_DIGITS = 20
+_HEAD_IN_BOUNDS = re.compile(
+    rf"[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},", re.ASCII
+)
 # A regular file's line longer than this without its newline is dropped, never held back whole.
 _PARTIAL_MAX = 2 * _KMSG_RECORD_MAX
 
@@ -313,6 +316,8 @@ def _head_ok(line: str) -> bool:
     """False for a record head whose numbers no kernel writes (more digits than their type
     holds); a line without the `PRIORITY,SEQ,USEC,` head is left to the parsers, which ignore
     it."""
+    if _HEAD_IN_BOUNDS.match(line) is not None:  # every record the kernel writes: one match
+        return True
     m = _HEAD.match(line)
     if m is None:
         return True
