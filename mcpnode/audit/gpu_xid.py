@@ -7,10 +7,13 @@ answer). XIDs the agent saw through NVML events (AuditContext.observed_xids) sta
 no log could be read: the driver logs every XID it raises an event for.
 
 Findings: `gpu.xid` per GPU (and per PCI address an XID names that no GPU here has: a GPU that
-fell off the bus may be gone from sysfs too), `gpu.sxid` per NVSwitch. FAIL on XIDs NVIDIA and
-Azure's NHC treat as hardware or driver faults, WARN on application-class ones and on XIDs
-mcpnode has no row for (audit/xid.py, CATALOG). Xid 63 (a row marked for remapping) is resolved
-once NVML reports no remap pending: the GPU was reset since, so it is reported, not failed.
+fell off the bus may be gone from sysfs too), `gpu.sxid` per NVSwitch; events are counted per
+device and number as they are met, and both the findings and their lines are bounded
+(MAX_ABSENT_GPUS, MAX_XIDS_PER_GPU) however many addresses and numbers the log names.
+FAIL on XIDs NVIDIA and Azure's NHC treat as hardware or driver faults, WARN on
+application-class ones and on XIDs mcpnode has no row for (audit/xid.py, CATALOG). Xid 63 (a row
+marked for remapping) is resolved once NVML reports no remap pending: the GPU was reset since, so
+it is reported, not failed.
 """
 
 from __future__ import annotations
@@ -25,10 +28,14 @@ from mcpnode.audit.gpu import uptime_of
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.xid import (
     ACTION_TEXT,
+    CATALOG,
+    XID_RECOVERY_ACTION,
     XID_ROW_REMAP,
+    Action,
     LogRecord,
     SxidEvent,
     XidEvent,
+    XidInfo,
     parse_journal_line,
     parse_kmsg_record,
     parse_sxid,
@@ -36,6 +43,7 @@ from mcpnode.audit.xid import (
     since_boot,
     worst_action,
 )
+from mcpnode.audit.xid import info as xid_info
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import CommandResult, Host
 from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress
@@ -185,58 +193,166 @@ def _no_log(facts: XidFacts, ctx: AuditContext) -> Finding:
     return Finding(found.id, found.status, found.summary, found.evidence + extra, remedy)
 
 
+# A kernel log is whatever its writers made it. The findings stay bounded however many
+# addresses and numbers it names: one finding per GPU of this host, one per address an XID names
+# that no GPU here has (a GPU that fell off the bus) up to MAX_ABSENT_GPUS, then one finding for
+# the rest; per GPU one evidence line per XID number up to MAX_XIDS_PER_GPU, then one line for
+# the rest. A driver raises a few dozen distinct XIDs and a host has at most a few dozen GPUs.
+MAX_ABSENT_GPUS = 16
+MAX_XIDS_PER_GPU = 32
+OTHER_SUBJECT = "other"
+
+
+@dataclass
+class _XidGroup:
+    """The events of one XID number on one GPU, counted as they are met (never kept)."""
+
+    count: int
+    first: XidEvent
+    last: XidEvent
+    last_at: int  # the last event's place in the log, to tell which group is the latest
+    actions: set[Action]
+    fatal_actions: set[Action]
+    last_fatal: XidEvent | None
+    last_fatal_at: int
+
+    def add(self, e: XidEvent, at: int, fixed: tuple[Action, bool] | None) -> None:
+        """One more event; `fixed` is the action and fatality every event of this XID has
+        (None for Xid 154, whose message names its action)."""
+        self.count += 1
+        self.last, self.last_at = e, at
+        action, fatal = fixed if fixed is not None else (e.action, e.fatal)
+        self.actions.add(action)
+        if fatal:
+            self.fatal_actions.add(action)
+            self.last_fatal, self.last_fatal_at = e, at
+
+
+def _group_xids(
+    events: tuple[XidEvent, ...], known: set[PciAddress]
+) -> tuple[dict[PciAddress, dict[int, _XidGroup]], dict[int, _XidGroup], set[PciAddress]]:
+    """Events per GPU and XID number: (this host's GPUs and the first MAX_ABSENT_GPUS other
+    addresses; every other address together; those other addresses). XID numbers past
+    MAX_XIDS_PER_GPU on one GPU are counted under -1."""
+    by_gpu: dict[PciAddress, dict[int, _XidGroup]] = {}
+    absent = 0
+    rest: dict[int, _XidGroup] = {}
+    rest_addresses: set[PciAddress] = set()
+    for at, e in enumerate(events):
+        address = _gpu_key(e.address)
+        groups = by_gpu.get(address)
+        if groups is None:
+            if address in known or absent < MAX_ABSENT_GPUS:
+                absent += address not in known
+                groups = by_gpu[address] = {}
+            else:
+                groups = rest
+                if len(rest_addresses) <= MAX_ABSENT_GPUS:  # enough to say "more than"
+                    rest_addresses.add(address)
+        xid = e.xid
+        if xid not in groups and len(groups) >= MAX_XIDS_PER_GPU:
+            xid = -1
+        group = groups.get(xid)
+        if group is None:
+            group = groups[xid] = _XidGroup(0, e, e, at, set(), set(), None, -1)
+        group.add(e, at, _fixed(e.xid))
+    return by_gpu, rest, rest_addresses
+
+
+_UNLISTED: XidInfo = xid_info(-1)  # what every XID without a row of the catalog is
+
+
+def _fixed(xid: int) -> tuple[Action, bool] | None:
+    """The action and fatality every event of `xid` has; None for Xid 154 (its message names
+    its action)."""
+    if xid == XID_RECOVERY_ACTION:
+        return None
+    row = CATALOG.get(xid, _UNLISTED)
+    return row.action, row.fatal
+
+
 def _xid_findings(facts: XidFacts, events: tuple[XidEvent, ...]) -> list[Finding]:
-    by_gpu: dict[PciAddress, list[XidEvent]] = defaultdict(list)
-    for e in events:
-        by_gpu[_gpu_key(e.address)].append(e)
     refs = {g.address: g for g in facts.gpus}
+    by_gpu, rest, rest_addresses = _group_xids(events, set(refs))
     log_ev = _log_evidence(facts)
     out = []
     for address in sorted(set(refs) | set(by_gpu)):
         ref = refs.get(address)
-        out.append(_gpu_finding(address, ref, by_gpu.get(address, []), log_ev))
+        out.append(_gpu_finding(address, ref, by_gpu.get(address, {}), log_ev))
+    if rest:
+        out.append(_gpu_finding(None, None, rest, log_ev, len(rest_addresses)))
     return out
 
 
 def _gpu_finding(
-    address: PciAddress, ref: GpuRef | None, events: list[XidEvent], log_ev: Evidence
+    address: PciAddress | None,
+    ref: GpuRef | None,
+    groups: dict[int, _XidGroup],
+    log_ev: Evidence,
+    addresses: int = 0,
 ) -> Finding:
-    bus = str(address)
-    who = f"GPU {ref.index}" if ref is not None else f"GPU at {bus} (not on the PCI bus now)"
-    if not events:
+    """The finding of one GPU (`address`), or with `address` None of the `addresses` other
+    addresses past MAX_ABSENT_GPUS together."""
+    bus = str(address) if address is not None else OTHER_SUBJECT
+    if address is None:
+        many = f"more than {MAX_ABSENT_GPUS}" if addresses > MAX_ABSENT_GPUS else str(addresses)
+        who = f"{many} more addresses no GPU here has (over mcpnode's {MAX_ABSENT_GPUS})"
+    elif ref is not None:
+        who = f"GPU {ref.index}"
+    else:
+        who = f"GPU at {bus} (not on the PCI bus now)"
+    if not groups:
         return Finding("gpu.xid", Status.PASS, f"{who}: no XID since boot", (log_ev,), None, bus)
-    resolved = [
-        e
-        for e in events
-        if e.xid == XID_ROW_REMAP and ref is not None and ref.remap_pending is False
-    ]
-    live = [e for e in events if e not in resolved]
-    grouped: dict[int, list[XidEvent]] = defaultdict(list)
-    for e in events:
-        grouped[e.xid].append(e)
+    resolved = {
+        xid
+        for xid in groups
+        if xid == XID_ROW_REMAP and ref is not None and ref.remap_pending is False
+    }
+    live = [x for x in groups if x not in resolved]
+    fatal = [x for x in live if groups[x].last_fatal is not None]
     ev = [log_ev]
-    for xid, group in sorted(grouped.items()):
-        last = group[-1]
+    for xid, group in sorted(groups.items(), key=lambda kv: (kv[0] < 0, kv[0])):
+        last = group.last
+        if xid < 0:
+            ev.append(
+                Evidence(
+                    f"other XIDs ({last.source})",
+                    f"x{group.count} of numbers past the first {MAX_XIDS_PER_GPU} on this GPU "
+                    f"(over mcpnode's bound), last at {since_boot(last.usec)} after boot: "
+                    f"Xid {last.xid}; {last.detail[:160]}",
+                )
+            )
+            continue
         info = last.info
         note = ""
-        if group[0] in resolved:
+        if xid in resolved:
             note = "; resolved: NVML reports no remap pending (the GPU was reset since)"
+        first = f"first at {since_boot(group.first.usec)}, " if group.count > 1 else ""
         ev.append(
             Evidence(
                 f"Xid {xid} ({last.source})",
-                f"x{len(group)}, last at {since_boot(last.usec)} after boot: {info.name} "
-                f"(NVIDIA: {info.cause}, {last.action}){note}; {last.detail[:160]}",
+                f"x{group.count}, {first}last at {since_boot(last.usec)} after boot: "
+                f"{info.name} (NVIDIA: {info.cause}, {last.action}){note}; {last.detail[:160]}",
             )
         )
-    fatal = [e for e in live if e.fatal]
-    names = ", ".join(f"Xid {x}" for x in sorted({e.xid for e in (fatal or live or resolved)}))
-    action = worst_action([e.action for e in (fatal or live)])
-    remedy = ACTION_TEXT[action].replace("BUS", bus) if live else None
+    shown = fatal or live or sorted(resolved)
+    names = ", ".join(f"Xid {x}" for x in sorted(shown) if x >= 0)
+    if -1 in shown:
+        names += " and more" if names else "XIDs"
     if fatal:
+        action = worst_action([a for x in fatal for a in groups[x].fatal_actions])
+    else:
+        action = worst_action([a for x in live for a in groups[x].actions])
+    remedy = None
+    if live:
+        remedy = ACTION_TEXT[action].replace("BUS", bus if address is not None else "<bus id>")
+    if fatal:
+        latest = max((groups[x] for x in fatal), key=lambda g: g.last_fatal_at).last_fatal
+        assert latest is not None
         return Finding(
             "gpu.xid",
             Status.FAIL,
-            f"{who}: {names} since boot: {fatal[-1].info.name} (a hardware or driver fault)",
+            f"{who}: {names} since boot: {latest.info.name} (a hardware or driver fault)",
             tuple(ev),
             remedy,
             bus,
@@ -257,9 +373,16 @@ def _gpu_finding(
 
 
 def _sxid_findings(facts: XidFacts) -> list[Finding]:
-    by_switch: dict[PciAddress, list[SxidEvent]] = defaultdict(list)
+    # Bounded as the XIDs are: this host's NVSwitches, MAX_ABSENT_GPUS other addresses, then
+    # one finding (key None) for the rest.
+    known = set(facts.switches)
+    by_switch: dict[PciAddress | None, list[SxidEvent]] = defaultdict(list)
     for e in facts.sxids:
-        by_switch[e.switch].append(e)
+        key: PciAddress | None = e.switch
+        if key not in by_switch and key not in known:
+            absent = len(by_switch.keys() - known - {None})
+            key = key if absent < MAX_ABSENT_GPUS else None
+        by_switch[key].append(e)
     if facts.log.records is None:
         return []  # said by gpu.xid; SXIDs have no NVML event stand-in
     if not facts.switches and not by_switch:
@@ -273,9 +396,10 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
         ]
     log_ev = _log_evidence(facts)
     out = []
-    for switch in sorted(set(facts.switches) | set(by_switch)):
+    addresses = sorted(known | {k for k in by_switch if k is not None})
+    for switch in [*addresses, *([None] if None in by_switch else [])]:
         events = by_switch.get(switch, [])
-        bus = str(switch)
+        bus = str(switch) if switch is not None else OTHER_SUBJECT
         if not events:
             out.append(
                 Finding(
@@ -290,25 +414,31 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
             continue
         grouped: dict[int, list[SxidEvent]] = defaultdict(list)
         for e in events:
-            grouped[e.sxid].append(e)
+            sxid = e.sxid
+            if sxid not in grouped and len(grouped) >= MAX_XIDS_PER_GPU:
+                sxid = -1  # numbers past the bound, together
+            grouped[sxid].append(e)
         ev = [log_ev]
-        for sxid, group in sorted(grouped.items()):
+        for sxid, group in sorted(grouped.items(), key=lambda kv: (kv[0] < 0, kv[0])):
             severities = sorted({e.severity for e in group if e.severity is not None})
             last = group[-1]
             ev.append(
                 Evidence(
-                    f"SXid {sxid}",
+                    f"SXid {sxid}" if sxid >= 0 else "other SXIDs",
                     f"x{len(group)} ({', '.join(severities) or 'severity not logged'}), last "
                     f"at {since_boot(last.usec)} after boot: {last.detail[:160]}",
                 )
             )
         fatal = any(e.severity == "fatal" for e in events)
-        ids = ", ".join(str(x) for x in sorted(grouped))
+        ids = ", ".join(str(x) for x in sorted(grouped) if x >= 0)
+        if -1 in grouped:
+            ids += " and more"
+        who = f"NVSwitch {bus}" if switch is not None else "More addresses no NVSwitch here has"
         out.append(
             Finding(
                 "gpu.sxid",
                 Status.FAIL if fatal else Status.WARN,
-                f"NVSwitch {bus}: {'fatal ' if fatal else ''}SXid {ids} since boot"
+                f"{who}: {'fatal ' if fatal else ''}SXid {ids} since boot"
                 + (" (the NVLink fabric through it is down until reset)" if fatal else ""),
                 tuple(ev),
                 "Fatal SXIDs need the GPUs and NVSwitches reset: stop the workloads, "
