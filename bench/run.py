@@ -30,6 +30,8 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
    root, with `--fresh` (discovery) beside it (bench/bench_exec.py).
 12. Tarball roots: `topo --root X.tar.bz2` and `.tar.gz` against the unpacked directory
    (bench/bench_tarball.py; target <= 1.5x).
+13. Kernel log: records per second the agent's watcher reads and parses from a 100,000-record
+   `dev/kmsg`, batch by batch, against `wc -l` over the same file (bench/bench_kmsg.py).
 
 Run with `make bench`; writes bench/out/results.json too. Exits non-zero only on breakage,
 never on a missed target (targets are printed next to the figures).
@@ -54,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 from bench_agent import bench_agent  # noqa: E402
 from bench_bounds import bench_bounds  # noqa: E402
 from bench_exec import bench_exec  # noqa: E402
+from bench_kmsg import bench_kmsg  # noqa: E402
 from bench_manifest import bench_manifest  # noqa: E402
 from bench_scale import bench_scale  # noqa: E402
 from bench_tarball import bench_tarball  # noqa: E402
@@ -310,6 +313,7 @@ def main() -> None:
             "agent": bench_agent(),
             "bounds": bench_bounds(),
             "exec": bench_exec(MCPNODE, alternate, timed_run),
+            "kmsg": bench_kmsg(),
         }
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {OUT / 'results.json'}")

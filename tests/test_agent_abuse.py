@@ -6,6 +6,7 @@ scrapes answered), and bad or huge lines on --inject-fd (dropped, the next line 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -260,3 +261,31 @@ def test_a_reload_that_takes_too_long_is_rejected(
     s = samples(agent.metrics.render())
     assert s[("mcpnode_config_reload_total", (("result", "rejected"),))] == 1
     agent.loop.close()
+
+
+def test_an_inject_storm_is_read_a_pipeful_per_wakeup() -> None:
+    """100,000 events queued: each wakeup handles at most one pipe's worth and returns to the
+    loop (which runs its timers, the watchdog's among them, before coming back)."""
+    r, w = os.pipe()
+    got: list[DeviceEvent] = []
+    source = InjectSource(r, got.append, lambda why: None)
+    line = json.dumps({"action": "add", "subsystem": "pci", "name": "0000:18:00.0"}).encode()
+    data = (line + b"\n") * 100_000
+    per_turn = InjectSource.READ_BYTES_PER_TURN // (len(line) + 1) + 1
+    turns = 0
+    try:
+        os.set_blocking(w, False)
+        sent = 0
+        while sent < len(data) or not source.closed:
+            if sent < len(data):
+                with contextlib.suppress(BlockingIOError):  # the pipe is full: read first
+                    sent += os.write(w, data[sent : sent + 4 * InjectSource.READ_BYTES_PER_TURN])
+                if sent == len(data):
+                    os.close(w)
+            before = len(got)
+            source.on_readable()
+            turns += 1
+            assert len(got) - before <= per_turn
+    finally:
+        source.close()
+    assert len(got) == 100_000 and turns > 100_000 // per_turn

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import time
 import urllib.request
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from mcpnode.agent.health import HealthWatch, NvmlXidEvents
+from mcpnode.agent.health import HealthWatch, NvmlXidEvents, parse_records
 from mcpnode.audit.xid import SxidEvent, XidEvent
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
@@ -349,6 +350,133 @@ def test_agent_turns_an_xid_into_a_metric_an_event_and_an_unhealthy_gpu(tmp_path
             time.sleep(0.05)
         assert got[("mcpnode_ib_link_flaps_total", (("port", "mlx5_0/1"),))] == 1.0
         assert got[("mcpnode_ib_link_downed", (("port", "mlx5_0/1"),))] == 1.0
+        assert agent.stop() == 0
+    finally:
+        agent.close()
+
+
+# -- a hostile or flooded kernel log -------------------------------------------------------------
+
+
+def test_records_with_numbers_past_their_bounds_are_skipped_and_counted() -> None:
+    good = fixturegen.kmsg_record(9000, 1, XID_79, 4).rstrip("\n")
+    huge = "NVRM: Xid (PCI:0000:3a:00): " + "7" * 5000 + ", pid=1, name=x, y"
+    wide = "NVRM: Xid (PCI:0000:3a:00): 4294967296, pid=1, name=x, y"  # 2**32
+    sxid = "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): " + "1" * 4400 + ", Fatal, z"
+    records = [
+        fixturegen.kmsg_record(9001 + i, 2, m, 4).rstrip("\n")
+        for i, m in enumerate((huge, wide, sxid))
+    ]
+    xids, sxids, skipped = parse_records([good, *records, "not a record"])
+    assert [(str(e.address), e.xid) for e in xids] == [(SICK, 79)]
+    assert sxids == [] and skipped == 3
+
+
+def _vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    # a long timeout: the scrape may wait behind the republish after a storm (its audit reads
+    # the whole log, 16 MiB here); the watchdog's gaps are what this test asserts
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
+        return samples(resp.read())
+
+
+def _xid_total(port: int) -> float:
+    return sum(v for (name, _), v in _scrape(port).items() if name == "mcpnode_gpu_xid_total")
+
+
+def _wait_counted(agent: AgentProc, port: int, count: int, timeout: float = 600) -> None:
+    """Until the agent has counted `count` XIDs. Not through AgentProc.wait_for: it holds the
+    lock its stderr reader needs while it asks, and a scrape can wait behind a republish."""
+    deadline = time.monotonic() + timeout
+    while _xid_total(port) < count:
+        assert agent.proc.poll() is None, agent.stderr_tail()
+        assert time.monotonic() < deadline, f"{count} XIDs not counted: {agent.stderr_tail()}"
+        time.sleep(0.2)
+
+
+def _pings(agent: AgentProc, since: float) -> list[float]:
+    """When WATCHDOG=1 came: the last one before `since`, and every one after."""
+    pings = [at for at, m in agent.messages if m == "WATCHDOG=1"]
+    return [at for at in pings if at < since][-1:] + [at for at in pings if at >= since]
+
+
+def _flood(start: int, count: int) -> str:
+    """`count` Xid 79 records, over 20,000 distinct addresses (the host's GPU 2 among them)."""
+    return "".join(
+        fixturegen.kmsg_record(
+            start + i,
+            210_000_000_000 + start + i,
+            f"NVRM: Xid (PCI:0000:{(i % 20_000) >> 5 & 0xFF:02x}:{i & 0x1F:02x}): 79, pid=7, "
+            "name=python3, GPU has fallen off the bus.",
+            4,
+        )
+        for i in range(count)
+    )
+
+
+def test_agent_under_a_kernel_log_flood_keeps_its_watchdog_and_its_memory(
+    tmp_path: Path,
+) -> None:
+    """300,000 XIDs appended to the kernel log: the agent reads them in batches, so the
+    watchdog keeps being sent through a 100,000-record burst (systemd kills the unit after
+    WatchdogSec without one), keeps no event once counted (its RSS stays within the high-water
+    mark of one audit of the log), holds the metrics' labels to its GPUs, and says what it
+    skipped."""
+    root = auditroot.build(tmp_path, auditroot.HGX)
+    bad = fixturegen.kmsg_record(1, 0, "x", 6).replace(",1,", "," + "9" * 5000 + ",", 1)
+    with (root / "dev/kmsg").open("a") as fh:
+        fh.write(bad)  # a 5,000-digit sequence number in the backlog: skipped, counted
+    (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
+    (root / "etc/mcpnode/mcpnode.toml").write_text(
+        CONFIG.replace('level = "debug"', 'level = "info"')
+    )
+    # WatchdogSec: the agent pings every half of it (sd_watchdog_enabled(3)); systemd kills it
+    # when a whole one passes without a ping. The batches keep each callback to tens of ms; the
+    # longest left is the one republish after the storm (its audit reads the whole log).
+    watchdog_s = 6.0
+    agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=int(watchdog_s * 1e6))
+    try:
+        agent.wait_message("READY=1")
+        skipped = agent.wait_event("kmsg.skipped")
+        assert skipped["records"] == 1
+        port = int(agent.wait_event("metrics.listening")["address"].rsplit(":", 1)[1])
+        _metrics(port)
+        time.sleep(2 * 0.2 + 1)  # a few health ticks and a scrape: the agent idle, warmed up
+        idle_kib = _vm_rss_kib(agent.proc.pid)
+
+        t = agent.now()
+        with (root / "dev/kmsg").open("a") as fh:
+            fh.write(_flood(10_000, 100_000))
+        _wait_counted(agent, port, 100_000)
+        published = agent.wait_event("manifest.published", t, reason="xid")  # GPU 2 failed
+        agent.wait_for("two pings after", lambda: len(_pings(agent, published["_t"])) >= 3)
+        pings = _pings(agent, t)
+        gaps = [b - a for a, b in itertools.pairwise(pings)]
+        assert max(gaps) < watchdog_s, gaps
+
+        for start in (200_000, 300_000):  # 12 MB each: the watcher keeps up to 16 MiB behind
+            with (root / "dev/kmsg").open("a") as fh:
+                fh.write(_flood(start, 100_000))
+            _wait_counted(agent, port, start)
+        got = _scrape(port)
+        xid_series = [labels for name, labels in got if name == "mcpnode_gpu_xid_total"]
+        assert len(xid_series) <= 8 + 1  # the host's GPUs and `other`
+        assert (
+            got[("mcpnode_label_values_dropped_total", (("metric", "mcpnode_gpu_xid_total"),))] > 0
+        )
+        time.sleep(1)
+        after_kib = _vm_rss_kib(agent.proc.pid)
+        # Nothing per event is kept (before: +198 MiB, every XidEvent in a list). What remains
+        # is the allocator's high-water mark of the republish, whose audit reads the newest
+        # 16 MiB of the log whole (audit/gpu_xid.py read_log): measured +18 MiB here.
+        assert after_kib - idle_kib < 32 * 1024, (idle_kib, after_kib)
+        assert agent.event("gpu.xid.more") is not None  # a storm is summarised, not logged whole
         assert agent.stop() == 0
     finally:
         agent.close()

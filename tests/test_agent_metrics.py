@@ -24,12 +24,15 @@ from mcpnode.agent.loop import Loop
 from mcpnode.agent.metrics import (
     CONTENT_TYPE,
     EVENT_SOURCES,
+    MAX_DEVICES_UNKNOWN,
+    MAX_ERROR_NUMBERS,
     MAX_HEAD_BYTES,
     AgentMetrics,
     MetricsBindError,
     MetricsServer,
 )
 from mcpnode.audit.model import Finding, Status
+from mcpnode.audit.xid import CATALOG
 from mcpnode.errors import McpnodeError
 
 
@@ -240,6 +243,7 @@ ALL_FAMILIES = {
     "mcpnode_http_connections_dropped",
     "mcpnode_gpu_xid",
     "mcpnode_nvswitch_sxid",
+    "mcpnode_label_values_dropped",
     "mcpnode_ib_link_flaps",
     "mcpnode_ib_link_downed",
 }
@@ -295,6 +299,9 @@ def test_scrape_serves_every_family_with_its_values(
     assert s[("mcpnode_gpu_xid_total", (("gpu", "0000:3a:00.0"), ("xid", "79")))] == 2
     assert s[("mcpnode_gpu_xid_total", (("gpu", "0000:18:00.0"), ("xid", "13")))] == 1
     assert s[("mcpnode_nvswitch_sxid_total", (("switch", "0000:07:00.0"), ("sxid", "24007")))] == 1
+    dropped = "mcpnode_label_values_dropped_total"
+    assert s[(dropped, (("metric", "mcpnode_gpu_xid_total"),))] == 0
+    assert s[(dropped, (("metric", "mcpnode_nvswitch_sxid_total"),))] == 0
     assert s[("mcpnode_ib_link_flaps_total", (("port", "mlx5_0/1"),))] == 2
     assert s[("mcpnode_ib_link_downed", (("port", "mlx5_0/1"),))] == 3
     assert not [name for name, _ in s if name.endswith("_created")]
@@ -389,6 +396,63 @@ def test_unbounded_or_bad_labels_are_refused(
 ) -> None:
     with pytest.raises(ValueError):
         call(metrics)
+
+
+HOST_GPUS = tuple(
+    f"0000:{bus:02x}:00.0" for bus in (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+)
+HOST_SWITCHES = tuple(f"0000:{bus:02x}:00.0" for bus in (0x05, 0x06, 0x07, 0x08))
+
+
+def _series(body: bytes, name: str) -> list[tuple[tuple[str, str], ...]]:
+    return [labels for (n, labels) in samples(body) if n == name]
+
+
+def test_xid_labels_are_held_to_the_hosts_devices() -> None:
+    """A kernel log naming 20,000 distinct addresses (and 200,000 distinct XID numbers) makes
+    one series per GPU or NVSwitch of this host and one `other`, and counts what went there."""
+    m = AgentMetrics()
+    m.set_devices(HOST_GPUS, HOST_SWITCHES)
+    quiet = len(m.render())
+    for i in range(20_000):
+        m.count_xid(f"{i >> 13:04x}:{(i >> 5) & 0xFF:02x}:{i & 0x1F:02x}.0", 79)
+        m.count_sxid(f"{i >> 13:04x}:{(i >> 5) & 0xFF:02x}:{i & 0x1F:02x}.0", 12028)
+    for gpu in HOST_GPUS:
+        m.count_xid(gpu, 79)
+    for switch in HOST_SWITCHES:
+        m.count_sxid(switch, 12028)
+    body = m.render()
+    xid = _series(body, "mcpnode_gpu_xid_total")
+    sxid = _series(body, "mcpnode_nvswitch_sxid_total")
+    assert len(xid) + len(sxid) <= len(HOST_GPUS) + len(HOST_SWITCHES) + 2
+    assert {dict(x)["gpu"] for x in xid} == {*HOST_GPUS, "other"}
+    assert {dict(x)["switch"] for x in sxid} == {*HOST_SWITCHES, "other"}
+    assert len(body) - quiet < 4096, len(body) - quiet
+    s = samples(body)
+    dropped = "mcpnode_label_values_dropped_total"
+    # the 20,000 addresses include the host's own devices: those are counted as theirs
+    assert s[(dropped, (("metric", "mcpnode_gpu_xid_total"),))] == 20_000 - len(HOST_GPUS)
+    assert s[(dropped, (("metric", "mcpnode_nvswitch_sxid_total"),))] == 20_000 - 4
+    assert s[("mcpnode_gpu_xid_total", (("gpu", "other"), ("xid", "79")))] == 20_000 - 8
+    assert s[("mcpnode_gpu_xid_total", (("gpu", HOST_GPUS[0]), ("xid", "79")))] == 2
+
+    for number in range(200_000):
+        m.count_xid(HOST_GPUS[2], 1000 + number)
+    body = m.render()
+    numbers = {dict(x)["xid"] for x in _series(body, "mcpnode_gpu_xid_total")}
+    assert len(numbers) <= len(CATALOG) + MAX_ERROR_NUMBERS + 1 and "other" in numbers
+    assert len(body) - quiet < 16384, len(body) - quiet
+    # the exposition stays valid OpenMetrics (its parser is strict)
+    text, _ctype = m.exposition("application/openmetrics-text; version=1.0.0")
+    assert "mcpnode_label_values_dropped" in om_families(text)
+
+
+def test_labels_before_the_devices_are_known_are_capped_too() -> None:
+    m = AgentMetrics()
+    for i in range(1000):
+        m.count_xid(f"0000:{i >> 5:02x}:{i & 0x1F:02x}.0", 13)
+    gpus = {dict(x)["gpu"] for x in _series(m.render(), "mcpnode_gpu_xid_total")}
+    assert len(gpus) == MAX_DEVICES_UNKNOWN + 1 and "other" in gpus
 
 
 def test_registries_are_isolated() -> None:

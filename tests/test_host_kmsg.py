@@ -133,3 +133,95 @@ def test_live_kmsg_reads_without_blocking() -> None:
         stream.read_new()
     finally:
         stream.close()
+
+
+# -- hostile logs: a record of many lines, numbers past their type, floods read in batches ----
+
+
+def test_many_continuation_lines_are_joined_once_and_cut_at_the_record_bound(
+    tmp_path: Path,
+) -> None:
+    # 400,000 dictionary lines under one head: joined line by line, each join copied the
+    # record again (quadratic); the kernel never writes a record past 8 KiB (CONSOLE_EXT_LOG_MAX)
+    root = kmsg_root(tmp_path, RECORDS[0] + "\n" + " KEY=VALUE\n" * 400_000 + RECORDS[1] + "\n")
+    got = Host(root).read_kmsg()
+    assert [r.split("\n", 1)[0] for r in got.records] == list(RECORDS[:2])
+    assert 8000 < len(got.records[0]) <= 8192
+    assert got.records[1] == RECORDS[1]
+    assert got.skipped == 1
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "6," + "9" * 5000 + ",5123456,-;",  # past int()'s own 4,300 digits
+        "6,813," + "1" * 21 + ",-;",  # a u64 has 20
+        "1" * 11 + ",813,5123456,-;",
+    ],
+    ids=["seq-5000-digits", "usec-21-digits", "priority-11-digits"],
+)
+def test_a_head_with_numbers_past_their_type_is_skipped_and_counted(
+    tmp_path: Path, head: str
+) -> None:
+    bad = head + "NVRM: Xid (PCI:0000:3a:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    text = RECORDS[0] + "\n" + bad + "\n SUBSYSTEM=pci\n" + RECORDS[1] + "\n"
+    got = Host(kmsg_root(tmp_path, text)).read_kmsg()
+    assert got.records == RECORDS[:2]  # its continuation line went with it
+    assert got.skipped == 1
+
+
+def test_batches_resume_where_they_stopped_and_keep_continuation_lines(tmp_path: Path) -> None:
+    many = [
+        f"6,{i},{i * 1000},-;message {i}"
+        + ("\n SUBSYSTEM=pci\n DEVICE=+pci:0000:16:00.0" * (i % 3))
+        for i in range(500)
+    ]
+    root = kmsg_root(tmp_path, "".join(r + "\n" for r in many))
+    stream = Host(root).open_kmsg()
+    got: list[str] = []
+    batches = 0
+    try:
+        while True:
+            batch = stream.read_new(batch_bytes=1000)
+            assert len("\n".join(batch.records)) < 1000 + 200  # one record held over at most
+            got.extend(batch.records)
+            batches += 1
+            if not batch.more:
+                break
+        assert got == many and batches > 10
+        with (root / "dev" / "kmsg").open("a") as fh:
+            fh.write(RECORDS[2] + "\n")
+        assert stream.read_new(batch_bytes=1000) == (RECORDS[2:], False, 0, 0, False)
+    finally:
+        stream.close()
+
+
+def test_a_line_past_the_record_bound_without_its_newline_is_not_held_whole(
+    tmp_path: Path,
+) -> None:
+    root = kmsg_root(tmp_path, RECORDS[0] + "\n" + "6,2,0,-;" + "x" * 100_000)
+    stream = Host(root).open_kmsg()
+    try:
+        first = stream.read_new()
+        assert first.records == RECORDS[:1] and first.skipped == 1
+        with (root / "dev" / "kmsg").open("a") as fh:
+            fh.write("y" * 10 + "\n" + RECORDS[1] + "\n")  # its end, then a record
+        assert stream.read_new().records == RECORDS[1:2]
+    finally:
+        stream.close()
+
+
+def test_device_drain_stops_at_the_batch_and_says_more() -> None:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    stream = KmsgStream(r, None, "/dev/kmsg")
+    try:
+        lines = [f"6,{i},{i},-;line {i}" for i in range(200)]
+        os.write(w, "".join(x + "\n" for x in lines).encode())
+        first = stream.read_new(batch_bytes=1)  # one read(2) and no more
+        assert first.more and not first.truncated
+        rest = stream.read_new()
+        assert first.records + rest.records == tuple(lines) and not rest.more
+    finally:
+        stream.close()
+        os.close(w)

@@ -16,12 +16,21 @@ log, XIDs from NVML's event set, and InfiniBand links that flap (docs/service.md
 
 The agent reacts to each new XID with a metric, a log event and a republish of the manifest
 and exporters: the audit inside the publish reads the same log and marks the GPU unhealthy.
+
+A log is whatever its writers make it, so the watcher is bounded in each direction: the kernel
+log is read KMSG_BATCH_BYTES at a time, and the loop runs its other sources (the watchdog's
+timer among them) before the next batch; a record whose numbers no kernel writes is skipped and
+counted, never a traceback; no event is kept once counted (NVML's stand-ins for the audit: the
+newest MAX_NVML_XIDS_KEPT); per batch at most LOG_XIDS_PER_BATCH XIDs are logged one by one and
+the rest in one summary of at most LOG_KINDS distinct GPU x XID pairs; and republishing for
+new XIDs happens at most once per PUBLISH_SPACING_S.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,16 +44,55 @@ from mcpnode.audit.xid import (
     parse_xid,
 )
 from mcpnode.errors import HostError
-from mcpnode.host import Host, KmsgStream
-from mcpnode.topology.model import Topology
+from mcpnode.host import KMSG_MAX_BYTES, Host, KmsgStream
+from mcpnode.topology.model import NVIDIA_VENDOR_ID, Topology
 from mcpnode.topology.nvml import GpuBackend, NvmlError
 
 EVENT_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+NVSWITCH_CLASS = 0x0680  # "bridge, other": NVSwitch (as audit/gpu_xid.py counts them)
 MAX_EVENTS_PER_POLL = 1000  # a storm of events is read over several intervals, not forever
+# What one turn of the loop reads of the kernel log: a few thousand records, tens of ms of
+# parsing, well inside any watchdog interval.
+KMSG_BATCH_BYTES = 128 << 10
+# The driver's XID is a 32-bit number (NvU32 in nvRmXidRecord; the Xid catalog's run to ~160).
+XID_MAX = (1 << 32) - 1
+MAX_NVML_XIDS_KEPT = 4096
+LOG_XIDS_PER_BATCH = 20
+LOG_KINDS = 32
+PUBLISH_SPACING_S = 1.0
 
 OnXids = Callable[[list[XidEvent], bool], None]  # events, whether they are the backlog
 OnSxids = Callable[[list[SxidEvent], bool], None]
 OnFlap = Callable[[str, int, int], None]  # port (mlx5_0/1), link_downed before, after
+
+
+def parse_records(records: Iterable[str]) -> tuple[list[XidEvent], list[SxidEvent], int]:
+    """The XIDs and SXIDs of kernel log records, and how many records were skipped: a number
+    past Python's int() bound (4,300 digits, a ValueError) or an XID past 32 bits."""
+    xids: list[XidEvent] = []
+    sxids: list[SxidEvent] = []
+    skipped = 0
+    for text in records:
+        try:
+            record: LogRecord | None = parse_kmsg_record(text)
+            if record is None:
+                continue
+            xid = parse_xid(record)
+            sxid = parse_sxid(record)
+        except ValueError:
+            skipped += 1
+            continue
+        if xid is not None:
+            if not 0 <= xid.xid <= XID_MAX:
+                skipped += 1
+                continue
+            xids.append(xid)
+        if sxid is not None:
+            if not 0 <= sxid.sxid <= XID_MAX:
+                skipped += 1
+                continue
+            sxids.append(sxid)
+    return xids, sxids, skipped
 
 
 @dataclass
@@ -135,8 +183,10 @@ class HealthWatch:
         self.on_flap = on_flap
         self.kmsg: KmsgStream | None = None
         self.kmsg_error: str | None = None
-        self.xids: list[XidEvent] = []  # every XID seen, backlog included (for the audit)
-        self.nvml_xids: list[XidEvent] = []
+        self.skipped = 0  # kernel log records skipped: numbers past their bounds
+        self.kmsg_more = False  # the last batch left records waiting
+        # XIDs from NVML's events, for the audit when the log cannot be read: the newest only
+        self.nvml_xids: collections.deque[XidEvent] = collections.deque(maxlen=MAX_NVML_XIDS_KEPT)
         self.link_downed: dict[str, int] = {}
         addresses = {g.nvml.index: g.address for g in topology.gpus if g.nvml is not None}
         self.events: NvmlXidEvents | None = None
@@ -154,7 +204,11 @@ class HealthWatch:
             self.kmsg_error = f"{type(err).__name__}: {err.detail}"
             self.log.warning("kmsg.unavailable", path=err.path, error=self.kmsg_error)
         else:
-            self._read_kmsg(backlog=True)
+            # The backlog before READY (systemd's watchdog starts once start-up completed),
+            # batch by batch so that memory holds one batch; bounded as read_kmsg is.
+            for _ in range(KMSG_MAX_BYTES // KMSG_BATCH_BYTES + 1):
+                if not self.read_kmsg_batch(backlog=True):
+                    break
         if self.events is not None:
             self.events.register()
             if self.events.reason is not None:
@@ -165,32 +219,52 @@ class HealthWatch:
     # -- reading ------------------------------------------------------------------------------
 
     def on_kmsg_readable(self) -> None:
-        self._read_kmsg(backlog=False)
+        """The live log's fd is readable: one batch. With more waiting the fd stays readable
+        and the selector comes back to it after the loop's other sources and due timers."""
+        self.read_kmsg_batch(backlog=False)
 
-    def poll(self) -> None:
-        """The health timer: a kernel log file, the NVML event set, the IB counters."""
+    def poll(self) -> bool:
+        """The health timer: a kernel log file, the NVML event set, the IB counters. True when
+        the log file has more records waiting than one batch took (read_kmsg_batch again)."""
+        more = False
         if self.kmsg is not None and self.kmsg.fileno() is None:
-            self._read_kmsg(backlog=False)
+            more = self.read_kmsg_batch(backlog=False)
         self.poll_nvml()
         self.poll_ib()
+        return more
 
-    def _read_kmsg(self, backlog: bool) -> None:
-        assert self.kmsg is not None
+    def read_kmsg_batch(self, backlog: bool) -> bool:
+        """Read and handle one batch of the kernel log; True when more is waiting."""
+        if self.kmsg is None:
+            return False
         try:
-            got = self.kmsg.read_new()
+            got = self.kmsg.read_new(batch_bytes=KMSG_BATCH_BYTES)
         except HostError as err:
             self.log.error("kmsg.read-failed", error=f"{type(err).__name__}: {err.detail}")
-            return
+            return False
+        self.kmsg_more = got.more
+        if got.truncated:
+            self.log.warning(
+                "kmsg.truncated",
+                hint=f"more than {KMSG_MAX_BYTES >> 20} MiB behind: the older records dropped",
+            )
         if got.overwritten:
             self.log.warning("kmsg.overwritten", times=got.overwritten)
-        records: list[LogRecord] = [r for r in map(parse_kmsg_record, got.records) if r is not None]
-        xids = [x for x in (parse_xid(r) for r in records) if x is not None]
-        sxids = [x for x in map(parse_sxid, records) if x is not None]
+        xids, sxids, bad = parse_records(got.records)
+        skipped = bad + got.skipped
+        if skipped:
+            self.skipped += skipped
+            self.log.warning(
+                "kmsg.skipped",
+                records=skipped,
+                total=self.skipped,
+                hint="kernel log records with numbers no kernel writes (too many digits)",
+            )
         if xids:
-            self.xids.extend(xids)
             self.on_xids(xids, backlog)
         if sxids:
             self.on_sxids(sxids, backlog)
+        return got.more
 
     def poll_nvml(self) -> None:
         if self.events is None:
@@ -249,6 +323,12 @@ class AgentHealth:
         self.schedule = schedule
         self.watch: HealthWatch | None = None
         self._fd: int | None = None
+        self._backlog: collections.Counter[tuple[str, int]] = collections.Counter()
+        self._backlog_other = 0  # backlog XIDs past LOG_KINDS distinct GPU x XID pairs
+        self._last_publish: dict[str, float] = {}
+        self._publish_pending: set[str] = set()
+        self._draining = False  # the kernel log has batches waiting
+        self._after_drain: set[str] = set()  # publishes asked for while draining
 
     def start(self, backend: GpuBackend | None, topology: Topology) -> None:
         self.watch = HealthWatch(
@@ -261,9 +341,11 @@ class AgentHealth:
             on_flap=self._on_flap,
             nvml_events=self.nvml_events,
         )
+        self._set_devices(topology)
         self._fd = self.watch.start()
+        self._log_backlog()
         if self._fd is not None:
-            self.loop.add_reader(self._fd, self.watch.on_kmsg_readable, "kmsg")
+            self.loop.add_reader(self._fd, self._on_kmsg_readable, "kmsg")
         self._set_link_gauges()
         self.schedule("health", self.interval, self._tick)
 
@@ -275,6 +357,7 @@ class AgentHealth:
         old = self.watch
         # The old event set went with the old backend (the agent closed it before opening the
         # new one): drop it without a call, which would bring the closed NVML back up.
+        self._set_devices(topology)
         addresses = {g.nvml.index: g.address for g in topology.gpus if g.nvml is not None}
         old.events = None
         if backend is not None and self.nvml_events and addresses:
@@ -285,13 +368,79 @@ class AgentHealth:
         """XIDs only NVML's events reported (the kernel log unreadable): for the audit."""
         return tuple(self.watch.nvml_xids) if self.watch is not None else ()
 
+    def _set_devices(self, topology: Topology) -> None:
+        """The metrics' `gpu` and `switch` label values: this host's GPUs and NVSwitches."""
+        switches = (
+            str(d.address)
+            for d in topology.pci_devices
+            if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code == NVSWITCH_CLASS
+        )
+        self.metrics.set_devices((str(g.address) for g in topology.gpus), switches)
+
     def _tick(self) -> None:
         try:
             if self.watch is not None:
-                self.watch.poll()
+                if self._set_draining(self.watch.poll()):
+                    self.schedule("kmsg", 0.0, self._drain_kmsg)
                 self._set_link_gauges()
         finally:
             self.schedule("health", self.interval, self._tick)
+
+    def _drain_kmsg(self) -> None:
+        """The next batch of a kernel log file, as a timer due now: the loop's other sources
+        and timers run between two batches."""
+        if self.watch is not None and self._set_draining(self.watch.read_kmsg_batch(False)):
+            self.schedule("kmsg", 0.0, self._drain_kmsg)
+
+    def _on_kmsg_readable(self) -> None:
+        """The live log: one batch; with more waiting the fd stays readable and the selector
+        comes back to it after the other sources and the timers due."""
+        if self.watch is not None:
+            self._set_draining(self.watch.read_kmsg_batch(backlog=False))
+
+    def _set_draining(self, more: bool) -> bool:
+        """Whether the kernel log has batches waiting; once it has none, the publishes asked
+        for meanwhile. Returns `more`."""
+        self._draining = more
+        if not more and self._after_drain:
+            reasons, self._after_drain = sorted(self._after_drain), set()
+            for reason in reasons:
+                self._request_publish(reason)
+        return more
+
+    def _request_publish(self, reason: str) -> None:
+        """Republish for `reason` now, or PUBLISH_SPACING_S after the last one: a storm of
+        XIDs is read over many batches and must not rebuild the manifest after each (the
+        audit inside reads the whole log): while batches wait, once they are read."""
+        if self._draining or (self.watch is not None and self.watch.kmsg_more):
+            self._after_drain.add(reason)
+            return
+        if reason in self._publish_pending:
+            return
+        last = self._last_publish.get(reason)
+        delay = 0.0 if last is None else max(0.0, last + PUBLISH_SPACING_S - self.loop.time())
+        self._publish_pending.add(reason)
+
+        def run() -> None:
+            self._publish_pending.discard(reason)
+            self._last_publish[reason] = self.loop.time()
+            self.publish(reason)
+
+        self.schedule(f"publish-{reason}", delay, run)
+
+    def _log_backlog(self) -> None:
+        if not self._backlog and not self._backlog_other:
+            return
+        count = sum(self._backlog.values()) + self._backlog_other
+        self.log.warning(
+            "gpu.xid.backlog",
+            count=count,
+            xids=[f"{gpu} Xid {xid}" for gpu, xid in sorted(self._backlog)],
+            other=self._backlog_other,
+            hint="XIDs logged since boot, before the agent started: see `mcpnode audit`",
+        )
+        self._backlog.clear()
+        self._backlog_other = 0
 
     def _set_link_gauges(self) -> None:
         if self.watch is not None:
@@ -303,16 +452,15 @@ class AgentHealth:
 
         for e in events:
             self.metrics.count_xid(str(e.address), e.xid)
-        if backlog:
-            seen = sorted({(str(e.address), e.xid) for e in events})
-            self.log.warning(
-                "gpu.xid.backlog",
-                count=len(events),
-                xids=[f"{gpu} Xid {xid}" for gpu, xid in seen],
-                hint="XIDs logged since boot, before the agent started: see `mcpnode audit`",
-            )
+        if backlog:  # logged once, when the backlog is read (_log_backlog)
+            for e in events:
+                key = (str(e.address), e.xid)
+                if key in self._backlog or len(self._backlog) < LOG_KINDS:
+                    self._backlog[key] += 1
+                else:
+                    self._backlog_other += 1
             return
-        for e in events:
+        for e in events[:LOG_XIDS_PER_BATCH]:
             info = e.info
             (self.log.error if e.fatal else self.log.warning)(
                 "gpu.xid",
@@ -325,7 +473,22 @@ class AgentHealth:
                 since_boot=since_boot(e.usec),
                 detail=e.detail[:200],
             )
-        self.publish("xid")
+        if len(events) > LOG_XIDS_PER_BATCH:
+            self._log_more("gpu.xid.more", [(str(e.address), e.xid) for e in events])
+        self._request_publish("xid")
+
+    def _log_more(self, name: str, keys: list[tuple[str, int]]) -> None:
+        """One event for the XIDs or SXIDs of a batch past those logged one by one."""
+        rest = keys[LOG_XIDS_PER_BATCH:]
+        counts = collections.Counter(rest)
+        kinds = counts.most_common(LOG_KINDS)
+        self.log.warning(
+            name,
+            count=len(rest),
+            by_device=[f"{dev} {num} x{n}" for (dev, num), n in kinds],
+            other=len(rest) - sum(n for _, n in kinds),
+            hint="a storm: the first ones of this batch were logged one by one",
+        )
 
     def _on_sxids(self, events: list[SxidEvent], backlog: bool) -> None:
         for e in events:
@@ -333,7 +496,7 @@ class AgentHealth:
         if backlog:
             self.log.warning("gpu.sxid.backlog", count=len(events))
             return
-        for e in events:
+        for e in events[:LOG_XIDS_PER_BATCH]:
             (self.log.error if e.severity == "fatal" else self.log.warning)(
                 "gpu.sxid",
                 switch=str(e.switch),
@@ -341,7 +504,9 @@ class AgentHealth:
                 severity=e.severity,
                 detail=e.detail[:200],
             )
-        self.publish("sxid")
+        if len(events) > LOG_XIDS_PER_BATCH:
+            self._log_more("gpu.sxid.more", [(str(e.switch), e.sxid) for e in events])
+        self._request_publish("sxid")
 
     def _on_flap(self, port: str, before: int, after: int) -> None:
         self.metrics.count_ib_flap(port, after - before)
@@ -352,7 +517,7 @@ class AgentHealth:
             link_downed=after,
             hint="the link went down and came back: check the cable and the switch port",
         )
-        self.publish("ib-flap")
+        self._request_publish("ib-flap")
 
     def close(self) -> None:
         if self._fd is not None:

@@ -21,10 +21,12 @@ fixed set (event sources, results, audit statuses) are all present from the star
 `rate()` and `increase()` see the first event.
 
 Label values are bounded by the caller: `key` is a sysctl or sysfs key of the tuning profile,
-`rule` a pin rule name from the configuration, `gpu`/`switch` a PCI address of this host's
-GPUs and NVSwitches (or one an XID names), `xid`/`sxid` the driver's error number, `port` an
-RDMA device and port (`mlx5_0/1`); sources and results are fixed sets checked here (an
-unknown one is a ValueError, a bug in the caller).
+`rule` a pin rule name from the configuration, `port` an RDMA device and port (`mlx5_0/1`);
+sources and results are fixed sets checked here (an unknown one is a ValueError, a bug in the
+caller). The kernel log is not bounded by anyone: an XID's address and number are whatever a
+line says, so `gpu`/`switch` are held here to this host's GPUs and NVSwitches (`set_devices`),
+`xid` to NVIDIA's catalogue and `xid`/`sxid` to MAX_ERROR_NUMBERS more; the rest is counted
+under `other`, and each such event in `mcpnode_label_values_dropped_total{metric}`.
 
 `MetricsServer` is a minimal HTTP/1.x responder on the `Loop`: no thread (prometheus_client's
 `start_http_server` starts one, and the agent's state has no locks), one request per
@@ -60,6 +62,7 @@ from prometheus_client.metrics_core import Metric
 from mcpnode import __version__
 from mcpnode.agent.loop import Loop, Timer
 from mcpnode.audit.model import Finding, Status
+from mcpnode.audit.xid import CATALOG
 from mcpnode.errors import McpnodeError
 
 # What a scrape without an `Accept` the library recognises gets (`choose_encoder`'s default):
@@ -76,6 +79,15 @@ ReloadResult = Literal["ok", "rejected"]
 RELOAD_RESULTS: tuple[ReloadResult, ...] = ("ok", "rejected")
 DropReason = Literal["busy", "timeout", "evicted"]
 DROP_REASONS: tuple[DropReason, ...] = ("busy", "timeout", "evicted")
+# The label value that stands for every value past a cap (_LabelCap).
+OTHER = "other"
+CAPPED_METRICS = ("mcpnode_gpu_xid_total", "mcpnode_nvswitch_sxid_total")
+# Distinct XID (beyond NVIDIA's catalogue) and SXID numbers that get a series of their own; the
+# drivers raise a few dozen of each, so a count past this is a log that is not the driver's.
+MAX_ERROR_NUMBERS = 64
+# Distinct GPU or NVSwitch addresses labelled before the host's devices are known
+# (AgentMetrics.set_devices); an HGX host has 8 GPUs and 4 NVSwitches.
+MAX_DEVICES_UNKNOWN = 64
 
 # How late a timer ran: an idle loop fires within ~0.1 ms; a second means a callback blocked.
 LOOP_LATENCY_BUCKETS_S = (
@@ -86,6 +98,29 @@ LOOP_LATENCY_BUCKETS_S = (
 RECONCILE_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
+
+
+class _LabelCap:
+    """The values one label may take: `known` ones, then the first `spare` others seen; the
+    rest are OTHER. A value once given a series keeps it (its counter already counts)."""
+
+    def __init__(self, spare: int, known: Iterable[str] = ()) -> None:
+        self.allowed: set[str] = set(known)
+        self.spare = spare
+
+    def value(self, value: str) -> str:
+        if value in self.allowed:
+            return value
+        if self.spare > 0:
+            self.spare -= 1
+            self.allowed.add(value)
+            return value
+        return OTHER
+
+    def settle(self, known: Iterable[str]) -> None:
+        """The values are now known: these, and those that have a series already."""
+        self.allowed.update(known)
+        self.spare = 0
 
 
 class AgentMetrics:
@@ -232,6 +267,19 @@ class AgentMetrics:
             ["switch", "sxid"],
             registry=reg,
         )
+        self._labels_dropped = Counter(
+            "mcpnode_label_values_dropped",
+            "Events counted under label value `other`: an address that is none of this host's "
+            "GPUs or NVSwitches, or an error number past the distinct ones kept",
+            ["metric"],
+            registry=reg,
+        )
+        for metric in CAPPED_METRICS:
+            self._labels_dropped.labels(metric)
+        self._gpu_cap = _LabelCap(MAX_DEVICES_UNKNOWN)
+        self._switch_cap = _LabelCap(MAX_DEVICES_UNKNOWN)
+        self._xid_cap = _LabelCap(MAX_ERROR_NUMBERS, (str(x) for x in CATALOG))
+        self._sxid_cap = _LabelCap(MAX_ERROR_NUMBERS)
         self._ib_flaps = Counter(
             "mcpnode_ib_link_flaps",
             "Rises of an InfiniBand/RoCE port's link_downed counter the agent saw",
@@ -338,13 +386,29 @@ class AgentMetrics:
 
     # -- hardware health ------------------------------------------------------------------------
 
+    def set_devices(self, gpus: Iterable[str], switches: Iterable[str]) -> None:
+        """The PCI addresses of this host's GPUs and NVSwitches: from now on the only `gpu` and
+        `switch` label values, besides those already counted and `other`."""
+        self._gpu_cap.settle(gpus)
+        self._switch_cap.settle(switches)
+
     def count_xid(self, gpu: str, xid: int) -> None:
-        """`mcpnode_gpu_xid_total{gpu,xid}`: one XID on GPU `gpu` (its PCI address)."""
-        self._xids.labels(gpu, str(int(xid))).inc()
+        """`mcpnode_gpu_xid_total{gpu,xid}`: one XID on GPU `gpu` (its PCI address); under
+        `other` past the caps, and then one more `mcpnode_label_values_dropped_total`."""
+        gpu_label = self._gpu_cap.value(gpu)
+        xid_label = self._xid_cap.value(str(int(xid)))
+        if OTHER in (gpu_label, xid_label):
+            self._labels_dropped.labels(CAPPED_METRICS[0]).inc()
+        self._xids.labels(gpu_label, xid_label).inc()
 
     def count_sxid(self, switch: str, sxid: int) -> None:
-        """`mcpnode_nvswitch_sxid_total{switch,sxid}`: one SXID on NVSwitch `switch`."""
-        self._sxids.labels(switch, str(int(sxid))).inc()
+        """`mcpnode_nvswitch_sxid_total{switch,sxid}`: one SXID on NVSwitch `switch`; capped as
+        count_xid."""
+        switch_label = self._switch_cap.value(switch)
+        sxid_label = self._sxid_cap.value(str(int(sxid)))
+        if OTHER in (switch_label, sxid_label):
+            self._labels_dropped.labels(CAPPED_METRICS[1]).inc()
+        self._sxids.labels(switch_label, sxid_label).inc()
 
     def count_ib_flap(self, port: str, times: int = 1) -> None:
         """`mcpnode_ib_link_flaps_total{port}`: `port`'s link_downed rose by `times`."""

@@ -174,10 +174,16 @@ def _noop(_signum: int, _frame: Any) -> None:
 class InjectSource:
     """JSON lines on a file descriptor. A line is at most MAX_LINE_BYTES: a longer one is
     dropped (reported once, with its first bytes) up to its newline, never buffered whole, and
-    the next line is read as usual; a bad line never takes a good one after it along."""
+    the next line is read as usual; a bad line never takes a good one after it along.
+
+    One wakeup reads at most READ_BYTES_PER_TURN: a writer that keeps the pipe full would
+    otherwise keep the loop here, and the watchdog's timer waiting, for as long as it writes.
+    What is left keeps the fd readable, so the selector comes back after the other sources."""
 
     name = "inject"
     MAX_LINE_BYTES = 64 << 10
+    # Four pipes' default capacity (pipe(7)): a few thousand events, a few tenths of a second.
+    READ_BYTES_PER_TURN = 256 << 10
 
     def __init__(self, fd: int, on_event: OnEvent, on_bad: Callable[[str], None]) -> None:
         self._fd = fd
@@ -192,14 +198,16 @@ class InjectSource:
         return self._fd
 
     def on_readable(self) -> None:
-        while True:
+        budget = self.READ_BYTES_PER_TURN
+        while budget > 0:
             try:
-                chunk = os.read(self._fd, 65536)
+                chunk = os.read(self._fd, min(65536, budget))
             except BlockingIOError:
                 break
             if not chunk:  # the writer went away: nothing more will come
                 self.closed = True
                 break
+            budget -= len(chunk)
             self._feed(chunk)
         if self.closed and self._buf and not self._skipping:
             line = bytes(self._buf)  # a last line without its newline is still a line

@@ -7,7 +7,10 @@ answer). XIDs the agent saw through NVML events (AuditContext.observed_xids) sta
 no log could be read: the driver logs every XID it raises an event for.
 
 Findings: `gpu.xid` per GPU (and per PCI address an XID names that no GPU here has: a GPU that
-fell off the bus may be gone from sysfs too), `gpu.sxid` per NVSwitch. The status of each Xid is
+fell off the bus may be gone from sysfs too), `gpu.sxid` per NVSwitch. Events are counted per
+device and number as they are met, never kept, and both the findings and their lines are
+bounded (MAX_ABSENT_GPUS, MAX_XIDS_PER_GPU) however many addresses and numbers the log names.
+The status of each Xid is
 the policy's (audit/xid_policy.py: NVIDIA's immediate action by default, Azure NHC's fail list
 or the site's per-Xid choice from `[audit.xid]` in /etc/mcpnode/mcpnode.toml); the evidence
 names NVIDIA's catalogue row (audit/xid_catalog.py) and what decided. An Xid the driver
@@ -229,16 +232,83 @@ def _no_log(facts: XidFacts, ctx: AuditContext) -> Finding:
     return Finding(found.id, found.status, found.summary, found.evidence + extra, remedy)
 
 
-def _xid_findings(facts: XidFacts, events: tuple[XidEvent, ...]) -> list[Finding]:
-    by_gpu: dict[PciAddress, list[XidEvent]] = defaultdict(list)
+# A kernel log is whatever its writers made it. The findings stay bounded however many
+# addresses and numbers it names: one finding per GPU of this host, one per address an XID names
+# that no GPU here has (a GPU that fell off the bus) up to MAX_ABSENT_GPUS, then one finding for
+# the rest; per GPU one Xid (and its verdict) per number up to MAX_XIDS_PER_GPU, then one for the
+# rest. A driver raises a few dozen distinct XIDs and a host has at most a few dozen GPUs.
+MAX_ABSENT_GPUS = 16
+MAX_XIDS_PER_GPU = 32
+MAX_MIGS_NAMED = 8
+OTHER_SUBJECT = "other"
+_OTHER_XID = -1  # the key of the numbers past MAX_XIDS_PER_GPU on one GPU
+
+
+@dataclass
+class _Tally:
+    """The events of one Xid number on one GPU, counted as they are met (never kept): the
+    first and last, and the one the verdict is decided from (the worst under the policy; for
+    Xid 154 the latest, whose recovery action replaces the earlier ones)."""
+
+    count: int
+    first: XidEvent
+    last: XidEvent
+    chosen: XidEvent
+    chosen_rank: int
+    migs: set[str]
+
+    def add(self, e: XidEvent, rank: int) -> None:
+        self.count += 1
+        self.last = e
+        if e.xid == XID_RECOVERY_ACTION or rank > self.chosen_rank:
+            self.chosen, self.chosen_rank = e, rank
+        if e.mig is not None and len(self.migs) < MAX_MIGS_NAMED:
+            self.migs.add(e.mig)
+
+
+def _tally(
+    events: tuple[XidEvent, ...], known: set[PciAddress], policy: XidPolicy
+) -> tuple[dict[PciAddress, dict[int, _Tally]], dict[int, _Tally], set[PciAddress]]:
+    """Events per GPU and Xid number: (this host's GPUs and the first MAX_ABSENT_GPUS other
+    addresses; every other address together; those other addresses, up to one past the bound).
+    Numbers past MAX_XIDS_PER_GPU on one GPU are counted under _OTHER_XID."""
+    by_gpu: dict[PciAddress, dict[int, _Tally]] = {}
+    absent = 0
+    rest: dict[int, _Tally] = {}
+    rest_addresses: set[PciAddress] = set()
     for e in events:
-        by_gpu[_gpu_key(e.address)].append(e)
+        address = _gpu_key(e.address)
+        groups = by_gpu.get(address)
+        if groups is None:
+            if address in known or absent < MAX_ABSENT_GPUS:
+                absent += address not in known
+                groups = by_gpu[address] = {}
+            else:
+                groups = rest
+                if len(rest_addresses) <= MAX_ABSENT_GPUS:  # enough to say "more than"
+                    rest_addresses.add(address)
+        key = e.xid
+        if key not in groups and len(groups) >= MAX_XIDS_PER_GPU:
+            key = _OTHER_XID
+        rank = _RANK[decide(policy, e.xid, e.action).status]
+        tally = groups.get(key)
+        if tally is None:
+            groups[key] = _Tally(1, e, e, e, rank, {e.mig} if e.mig is not None else set())
+        else:
+            tally.add(e, rank)
+    return by_gpu, rest, rest_addresses
+
+
+def _xid_findings(facts: XidFacts, events: tuple[XidEvent, ...]) -> list[Finding]:
     refs = {g.address: g for g in facts.gpus}
+    by_gpu, rest, rest_addresses = _tally(events, set(refs), facts.policy)
     log_ev = _log_evidence(facts)
     out = []
     for address in sorted(set(refs) | set(by_gpu)):
         ref = refs.get(address)
-        out.append(_gpu_finding(address, ref, by_gpu.get(address, []), log_ev, facts.policy))
+        out.append(_gpu_finding(address, ref, by_gpu.get(address, {}), log_ev, facts.policy))
+    if rest:
+        out.append(_gpu_finding(None, None, rest, log_ev, facts.policy, len(rest_addresses)))
     return out
 
 
@@ -272,37 +342,43 @@ _REMEDY: dict[str, str] = {
 
 @dataclass(frozen=True)
 class _Group:
-    xid: int
-    events: tuple[XidEvent, ...]
+    xid: int  # _OTHER_XID for the numbers past the bound
+    tally: _Tally
     decision: Decision
     action: str
     resolved: bool
 
 
-def _group(xid: int, events: list[XidEvent], ref: GpuRef | None, policy: XidPolicy) -> _Group:
+def _group(xid: int, tally: _Tally, ref: GpuRef | None, policy: XidPolicy) -> _Group:
     resolved = xid == XID_ROW_REMAP and ref is not None and ref.remap_pending is False
-    if xid == XID_RECOVERY_ACTION:
-        chosen = events[-1]  # the latest recovery action replaces the earlier ones
-    else:
-        chosen = max(events, key=lambda e: _RANK[decide(policy, xid, e.action).status])
-    decision = decide(policy, xid, chosen.action, chosen.info.action)
-    return _Group(xid, tuple(events), decision, chosen.action, resolved)
+    chosen = tally.chosen
+    decision = decide(policy, chosen.xid, chosen.action, chosen.info.action)
+    return _Group(xid, tally, decision, chosen.action, resolved)
 
 
 _RANK = {"INFO": 0, "WARN": 1, "FAIL": 2}
 
 
 def _xid_evidence(g: _Group) -> Evidence:
-    last = g.events[-1]
+    t = g.tally
+    last = t.last
+    if g.xid == _OTHER_XID:
+        return Evidence(
+            f"other XIDs ({last.source})",
+            f"x{t.count} of numbers past the first {MAX_XIDS_PER_GPU} on this GPU (over "
+            f"mcpnode's bound), last at {since_boot(last.usec)} after boot: Xid {last.xid}; "
+            f"{last.detail[:160]}",
+        )
     row = last.info
-    migs = sorted({e.mig for e in g.events if e.mig is not None})
+    migs = sorted(t.migs)
     where = f" on {'; '.join(migs)}" if migs else ""
+    first = f"first at {since_boot(t.first.usec)}, " if t.count > 1 else ""
     asked = "" if g.action == row.action else f"; this event asks for {g.action}"
     note = ""
     if g.resolved:
         note = "; resolved: NVML reports no remap pending (the GPU was reset since)"
     value = (
-        f"x{len(g.events)}{where}, last at {since_boot(last.usec)} after boot: {row.name}"
+        f"x{t.count}{where}, {first}last at {since_boot(last.usec)} after boot: {row.name}"
         + (f" ({row.mnemonic})" if row.mnemonic else "")
         + f"; NVIDIA: immediate action {row.immediate or 'none given'}, investigatory "
         f"{row.investigatory or 'none given'}{asked}{note}; {last.detail[:160]}"
@@ -311,31 +387,41 @@ def _xid_evidence(g: _Group) -> Evidence:
 
 
 def _gpu_finding(
-    address: PciAddress,
+    address: PciAddress | None,
     ref: GpuRef | None,
-    events: list[XidEvent],
+    tallies: dict[int, _Tally],
     log_ev: Evidence,
     policy: XidPolicy,
+    addresses: int = 0,
 ) -> Finding:
-    bus = str(address)
-    who = f"GPU {ref.index}" if ref is not None else f"GPU at {bus} (not on the PCI bus now)"
-    if not events:
+    """The finding of one GPU (`address`), or with `address` None of the `addresses` other
+    addresses past MAX_ABSENT_GPUS together."""
+    bus = str(address) if address is not None else OTHER_SUBJECT
+    if address is None:
+        many = f"more than {MAX_ABSENT_GPUS}" if addresses > MAX_ABSENT_GPUS else str(addresses)
+        who = f"{many} more addresses no GPU here has (over mcpnode's {MAX_ABSENT_GPUS})"
+    elif ref is not None:
+        who = f"GPU {ref.index}"
+    else:
+        who = f"GPU at {bus} (not on the PCI bus now)"
+    if not tallies:
         return Finding("gpu.xid", Status.PASS, f"{who}: no XID since boot", (log_ev,), None, bus)
-    by_xid: dict[int, list[XidEvent]] = defaultdict(list)
-    for e in events:
-        by_xid[e.xid].append(e)
-    groups = [_group(x, evs, ref, policy) for x, evs in sorted(by_xid.items())]
+    ordered = sorted(tallies.items(), key=lambda kv: (kv[0] == _OTHER_XID, kv[0]))
+    groups = [_group(x, t, ref, policy) for x, t in ordered]
     ev = [log_ev]
     for g in groups:
         ev.append(_xid_evidence(g))
         verdict = "INFO (resolved)" if g.resolved else g.decision.status
-        ev.append(Evidence(f"Xid {g.xid} verdict", f"{verdict}: {g.decision.why}"))
+        label = f"Xid {g.xid}" if g.xid != _OTHER_XID else "other XIDs"
+        ev.append(Evidence(f"{label} verdict", f"{verdict}: {g.decision.why}"))
     live = [g for g in groups if not g.resolved]
     status = max((g.decision.status for g in live), key=_RANK.__getitem__, default="INFO")
     top = [g for g in live if g.decision.status == status] or groups
 
     def name(g: _Group) -> str:
-        migs = sorted({e.mig for e in g.events if e.mig is not None})
+        if g.xid == _OTHER_XID:
+            return "more XIDs"
+        migs = sorted(g.tally.migs)
         return f"Xid {g.xid}" + (f" ({'; '.join(migs)})" if migs else "")
 
     names = ", ".join(name(g) for g in top)
@@ -344,18 +430,26 @@ def _gpu_finding(
             "gpu.xid", Status.INFO, f"{who}: {names} since boot, resolved", tuple(ev), None, bus
         )
     lead = top[-1]
-    what = lead.events[-1].info.name
+    what = lead.tally.last.info.name
     summary = f"{who}: {names} since boot: {what} ({lead.decision.label})"
     remedy = None
     if status != "INFO":
-        remedy = _REMEDY.get(lead.action, _REMEDY["NOT_GIVEN"]).replace("BUS", bus)
+        target = bus if address is not None else "<bus id>"
+        remedy = _REMEDY.get(lead.action, _REMEDY["NOT_GIVEN"]).replace("BUS", target)
     return Finding("gpu.xid", Status(status), summary, tuple(ev), remedy, bus)
 
 
 def _sxid_findings(facts: XidFacts) -> list[Finding]:
-    by_switch: dict[PciAddress, list[SxidEvent]] = defaultdict(list)
+    # Bounded as the XIDs are: this host's NVSwitches, MAX_ABSENT_GPUS other addresses, then
+    # one finding (key None) for the rest.
+    known = set(facts.switches)
+    by_switch: dict[PciAddress | None, list[SxidEvent]] = defaultdict(list)
     for e in facts.sxids:
-        by_switch[e.switch].append(e)
+        key: PciAddress | None = e.switch
+        if key not in by_switch and key not in known:
+            absent = len(by_switch.keys() - known - {None})
+            key = key if absent < MAX_ABSENT_GPUS else None
+        by_switch[key].append(e)
     if facts.log.records is None:
         return []  # said by gpu.xid; SXIDs have no NVML event stand-in
     if not facts.switches and not by_switch:
@@ -369,9 +463,10 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
         ]
     log_ev = _log_evidence(facts)
     out = []
-    for switch in sorted(set(facts.switches) | set(by_switch)):
+    addresses = sorted(known | {k for k in by_switch if k is not None})
+    for switch in [*addresses, *([None] if None in by_switch else [])]:
         events = by_switch.get(switch, [])
-        bus = str(switch)
+        bus = str(switch) if switch is not None else OTHER_SUBJECT
         if not events:
             out.append(
                 Finding(
@@ -386,25 +481,31 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
             continue
         grouped: dict[int, list[SxidEvent]] = defaultdict(list)
         for e in events:
-            grouped[e.sxid].append(e)
+            sxid = e.sxid
+            if sxid not in grouped and len(grouped) >= MAX_XIDS_PER_GPU:
+                sxid = -1  # numbers past the bound, together
+            grouped[sxid].append(e)
         ev = [log_ev]
-        for sxid, group in sorted(grouped.items()):
+        for sxid, group in sorted(grouped.items(), key=lambda kv: (kv[0] < 0, kv[0])):
             severities = sorted({e.severity for e in group if e.severity is not None})
             last = group[-1]
             ev.append(
                 Evidence(
-                    f"SXid {sxid}",
+                    f"SXid {sxid}" if sxid >= 0 else "other SXIDs",
                     f"x{len(group)} ({', '.join(severities) or 'severity not logged'}), last "
                     f"at {since_boot(last.usec)} after boot: {last.detail[:160]}",
                 )
             )
         fatal = any(e.severity == "fatal" for e in events)
-        ids = ", ".join(str(x) for x in sorted(grouped))
+        ids = ", ".join(str(x) for x in sorted(grouped) if x >= 0)
+        if -1 in grouped:
+            ids += " and more"
+        who = f"NVSwitch {bus}" if switch is not None else "More addresses no NVSwitch here has"
         out.append(
             Finding(
                 "gpu.sxid",
                 Status.FAIL if fatal else Status.WARN,
-                f"NVSwitch {bus}: {'fatal ' if fatal else ''}SXid {ids} since boot"
+                f"{who}: {'fatal ' if fatal else ''}SXid {ids} since boot"
                 + (" (the NVLink fabric through it is down until reset)" if fatal else ""),
                 tuple(ev),
                 "Fatal SXIDs need the GPUs and NVSwitches reset: stop the workloads, "

@@ -29,7 +29,7 @@ the compressors are imported inside the calls that need them.
 
 from __future__ import annotations
 
-from mcpnode.host.kmsg import KMSG_PATH, HostKmsg, KmsgRead, KmsgStream
+from mcpnode.host.kmsg import KMSG_MAX_BYTES, KMSG_PATH, HostKmsg, KmsgRead, KmsgStream
 from mcpnode.host.process import MPOL_MODES, MempolicyMode
 from mcpnode.host.read import (
     FILE_READ_LIMIT,
@@ -43,6 +43,7 @@ from mcpnode.host.write import FAULT_ENV, STOP_ENV
 __all__ = [
     "FAULT_ENV",
     "FILE_READ_LIMIT",
+    "KMSG_MAX_BYTES",
     "KMSG_PATH",
     "MPOL_MODES",
     "PROCFS_READ_LIMIT",

@@ -13,9 +13,11 @@ import collections
 import contextlib
 import errno as errno_mod
 import os
+import re
 import stat
 from typing import NamedTuple
 
+from mcpnode.bounded import BoundError, parse_decimal
 from mcpnode.errors import HostError, ReadError
 from mcpnode.host.backend import OS, Backend
 from mcpnode.host.process import HostProcesses
@@ -93,6 +95,18 @@ KMSG_MAX_BYTES = 16 << 20
 KMSG_MAX_RECORDS = 200_000
 # How much one drain reads before stopping even if records keep coming (a flood racing us).
 _KMSG_DRAIN_BYTES = 64 << 20
+# The numbers of a record's head: the priority is an int (syslog facility << 3 | level), the
+# sequence number and the time since boot are u64 (kernel/printk/printk.c, info_print_ext_header
+# prints them with %llu): 20 digits. A longer one is not the kernel's, and Python's int() would
+# refuse it past 4,300 digits with a ValueError of its own.
+_HEAD = re.compile(r"([0-9]+),([0-9]+),([0-9]+),", re.ASCII)
+_PRIORITY_DIGITS = 10
+_U64_DIGITS = 20
+_HEAD_IN_BOUNDS = re.compile(
+    rf"[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},", re.ASCII
+)
+# A regular file's line longer than this without its newline is dropped, never held back whole.
+_PARTIAL_MAX = 2 * _KMSG_RECORD_MAX
 
 
 class KmsgRead(NamedTuple):
@@ -103,6 +117,12 @@ class KmsgRead(NamedTuple):
     records: tuple[str, ...]
     truncated: bool = False
     overwritten: int = 0
+    # Records dropped or cut: a head whose numbers are past their digits (_HEAD), or a record
+    # that continues past the kernel's own bound on one record (_KMSG_RECORD_MAX).
+    skipped: int = 0
+    # read_new() stopped at its `batch_bytes` with more waiting: call it again (after letting
+    # the loop's other sources run).
+    more: bool = False
 
 
 class KmsgStream:
@@ -127,26 +147,39 @@ class KmsgStream:
         return self._dev
 
     def read_new(
-        self, max_bytes: int | None = None, max_records: int | None = None, *, final: bool = False
+        self,
+        max_bytes: int | None = None,
+        max_records: int | None = None,
+        *,
+        final: bool = False,
+        batch_bytes: int | None = None,
     ) -> KmsgRead:
         """Records since the last call. In a regular file a last line without its newline is
-        held back until it is complete, unless `final` (nothing more will be read). Raises
-        AccessDenied / ReadError."""
+        held back until it is complete, unless `final` (nothing more will be read).
+
+        `batch_bytes`: read about that much now and say `more` when records are left, so that a
+        caller on an event loop can let its other sources run between batches (a flood of
+        records must not starve the watchdog). Without it, everything that arrived is read.
+        Raises AccessDenied / ReadError."""
         max_bytes = KMSG_MAX_BYTES if max_bytes is None else max_bytes
         max_records = KMSG_MAX_RECORDS if max_records is None else max_records
         if self._dev is not None:
-            return self._drain_device(self._dev, max_bytes, max_records)
+            return self._drain_device(self._dev, max_bytes, max_records, batch_bytes)
         if self._file is not None:
-            return self._read_file(self._file, max_bytes, max_records, final)
+            return self._read_file(self._file, max_bytes, max_records, final, batch_bytes)
         raise ReadError(self.path, None, "kernel log already closed")
 
-    def _drain_device(self, fd: int, max_bytes: int, max_records: int) -> KmsgRead:
+    def _drain_device(
+        self, fd: int, max_bytes: int, max_records: int, batch_bytes: int | None
+    ) -> KmsgRead:
         kept: collections.deque[str] = collections.deque()
         size = 0
         total = 0
         truncated = False
         overwritten = 0
-        while total < _KMSG_DRAIN_BYTES:
+        skipped = 0
+        limit = _KMSG_DRAIN_BYTES if batch_bytes is None else min(batch_bytes, _KMSG_DRAIN_BYTES)
+        while total < limit:
             try:
                 data = os.read(fd, _KMSG_RECORD_MAX)
             except BlockingIOError:
@@ -164,18 +197,29 @@ class KmsgStream:
             total += len(data)
             # One read(2) is one record, its continuation lines included; splitting on lines
             # gives the same records and also reads a pipe that carries several at once.
-            for record in _kmsg_records(data.decode("utf-8", errors="replace"), kept):
+            lead, records, bad = _kmsg_records(data.decode("utf-8", errors="replace"))
+            skipped += bad
+            if lead and kept:
+                size -= len(kept[-1])
+                kept[-1] = _join_capped([kept[-1], *lead])
+                size += len(kept[-1])
+            for record in records:
                 kept.append(record)
                 size += len(record) + 1
             while len(kept) > max_records or (size > max_bytes and len(kept) > 1):
                 size -= len(kept.popleft()) + 1
                 truncated = True
         else:
-            truncated = True
-        return KmsgRead(tuple(kept), truncated, overwritten)
+            if batch_bytes is None or total >= _KMSG_DRAIN_BYTES:
+                truncated = True
+        more = batch_bytes is not None and total >= limit
+        return KmsgRead(tuple(kept), truncated, overwritten, skipped, more)
 
-    def _read_file(self, fd: int, max_bytes: int, max_records: int, final: bool) -> KmsgRead:
+    def _read_file(
+        self, fd: int, max_bytes: int, max_records: int, final: bool, batch_bytes: int | None
+    ) -> KmsgRead:
         io = self._io
+        skipped = 0
         try:
             end = io.fstat(fd).st_size
             if end < self._offset:  # rewritten shorter: start over
@@ -185,10 +229,11 @@ class KmsgStream:
             if end - start > max_bytes:
                 start, truncated = end - max_bytes, True
                 self._partial = b""
+            stop = end if batch_bytes is None else min(end, start + max(1, batch_bytes))
             chunks = []
             pos = start
-            while pos < end:
-                chunk = io.pread(fd, min(_READ_CHUNK, end - pos), pos)
+            while pos < stop:
+                chunk = io.pread(fd, min(_READ_CHUNK, stop - pos), pos)
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -196,17 +241,31 @@ class KmsgStream:
         except OSError as err:
             raise _translate(err, self.path) from err
         self._offset = pos
+        more = pos < end
         data = self._partial + b"".join(chunks)
         if truncated and start > 0:
             data = data.split(b"\n", 1)[1] if b"\n" in data else b""  # drop a partial line
         body, _, self._partial = data.rpartition(b"\n")
+        if more and body:
+            # The last record of the batch may go on in the next one (its continuation lines):
+            # it waits with the partial line, unless it is the whole batch.
+            cut = _last_record_start(body)
+            if cut > 0:
+                body, self._partial = body[: cut - 1], body[cut:] + b"\n" + self._partial
         if final and self._partial:
             body, self._partial = data, b""
-        records: collections.deque[str] = collections.deque()
-        records.extend(_kmsg_records(body.decode("utf-8", errors="replace"), records))
-        if len(records) > max_records:
-            records, truncated = collections.deque(list(records)[-max_records:]), True
-        return KmsgRead(tuple(records), truncated, 0)
+        if len(self._partial) > _PARTIAL_MAX:
+            # A line the kernel cannot have written, still without its newline: dropped, and
+            # its rest with it (what follows up to the newline is not the head of a record).
+            skipped += 1
+            self._partial = b" "
+        text = body.decode("utf-8", errors="replace")
+        _lead, listed, bad = _kmsg_records(text)  # nothing before this read to continue
+        skipped += bad
+        records = collections.deque(listed, maxlen=max_records)
+        if len(listed) > max_records:
+            truncated = True
+        return KmsgRead(tuple(records), truncated, 0, skipped, more)
 
     def close(self) -> None:
         if self._dev is not None:
@@ -218,19 +277,82 @@ class KmsgStream:
         self._dev = self._file = None
 
 
-def _kmsg_records(text: str, before: collections.deque[str]) -> list[str]:
+def _kmsg_records(text: str) -> tuple[list[str], list[str], int]:
     """Lines of kmsg text as records: a line starting with a space continues the record before
-    it (the ` KEY=VALUE` dictionary lines), which may be the last one of `before` (updated in
-    place). Empty lines are dropped."""
+    it (the ` KEY=VALUE` dictionary lines). Returns (the continuation lines before the first
+    record, which belong to a record read before; the records; how many were skipped or cut).
+    Empty lines are dropped. Each record's lines are joined once: joining line by line copies
+    the record again for every line (quadratic in a record of many continuation lines)."""
+    lead: list[str] = []
     out: list[str] = []
+    parts: list[str] = lead
+    skipped = 0
+    skipping = False  # inside a record whose head was refused: its continuation lines go too
     for line in text.split("\n"):
         if not line:
             continue
         if line.startswith(" "):
-            if out:
-                out[-1] += "\n" + line
-            elif before:
-                before[-1] += "\n" + line
+            if not skipping:
+                parts.append(line)
             continue
-        out.append(line)
-    return out
+        if parts is not lead and not skipping:
+            record, cut = _join(parts)
+            out.append(record)
+            skipped += cut
+        skipping = not _head_ok(line)
+        if skipping:
+            skipped += 1
+            parts = []
+            continue
+        parts = [line]
+    if parts is not lead and not skipping:
+        record, cut = _join(parts)
+        out.append(record)
+        skipped += cut
+    return lead, out, skipped
+
+
+def _head_ok(line: str) -> bool:
+    """False for a record head whose numbers no kernel writes (more digits than their type
+    holds); a line without the `PRIORITY,SEQ,USEC,` head is left to the parsers, which ignore
+    it."""
+    if _HEAD_IN_BOUNDS.match(line) is not None:  # every record the kernel writes: one match
+        return True
+    m = _HEAD.match(line)
+    if m is None:
+        return True
+    try:
+        parse_decimal(m.group(1), max_digits=_PRIORITY_DIGITS)
+        parse_decimal(m.group(2), max_digits=_U64_DIGITS)
+        parse_decimal(m.group(3), max_digits=_U64_DIGITS)
+    except BoundError:
+        return False
+    return True
+
+
+def _join(parts: list[str]) -> tuple[str, int]:
+    """A record's lines joined, cut at the kernel's bound on one record (the continuation
+    lines past it dropped); (the record, 1 when it was cut)."""
+    total = -1
+    for i, part in enumerate(parts):
+        total += len(part) + 1
+        if total > _KMSG_RECORD_MAX and i > 0:
+            return "\n".join(parts[:i]), 1
+    return "\n".join(parts), 0
+
+
+def _join_capped(parts: list[str]) -> str:
+    return _join(parts)[0]
+
+
+def _last_record_start(body: bytes) -> int:
+    """The offset of the last line of `body` that starts a record (not a continuation line);
+    0 when every line after the first continues the first."""
+    pos = len(body)
+    while True:
+        nl = body.rfind(b"\n", 0, pos)
+        if nl < 0:
+            return 0
+        if not body.startswith(b" ", nl + 1):
+            return nl + 1
+        pos = nl
