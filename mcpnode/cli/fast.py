@@ -199,10 +199,13 @@ def _fast(argv: list[str]) -> Output | None:
 def _finish(text: Output) -> None:
     """Write (a text, or what a writer writes, then a newline), flush, and end the process
     without teardown."""
-    from mcpnode.cli.commands import write_output
-
     try:
-        write_output(text, sys.stdout.write)
+        if isinstance(text, str):
+            sys.stdout.write(text)  # --help and --version import no command module
+        else:
+            from mcpnode.cli.commands import write_output
+
+            write_output(text, sys.stdout.write)
         sys.stdout.flush()
     except BrokenPipeError:
         # `mcpnode topo | head`: the reader left; nothing more to say, as `cat` would.
