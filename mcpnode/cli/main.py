@@ -686,10 +686,12 @@ def _target(
 
 
 def _echo(text: str) -> None:
+    """Print a command's output (cli/commands.py), which ends its own lines."""
     click.echo(text, nl=False)
 
 
 def _say(line: str) -> None:
+    """Print a notice line on stderr (the placement's source, when not the manifest)."""
     click.echo(line, err=True)
 
 
