@@ -262,3 +262,75 @@ def test_shell_completion_is_clicks() -> None:
     res = mcpnode(env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["plain,probe", "plain,profiles"]
+
+
+# -- one command layer --------------------------------------------------------------------------
+
+HGX = str(HOSTS / "hgx-h100-8gpu-8nic")
+MISSING = "/nonexistent/root"
+
+
+@pytest.mark.parametrize(
+    ("argv", "served"),
+    [
+        (["topo", "--root", HGX], True),
+        (["topo", "--tree", "--root", HGX], True),
+        (["topo", "--format", "json", "--root", HGX], True),
+        (["gpus", "--root", HGX], True),
+        (["gpus", "--format=json", "--root", HGX], True),
+        (["gpus", "--root", MISSING], True),
+        (["manifest", "show", "--published", "--root", R], True),
+        (["manifest", "show", "--published", "--format", "json", "--root", R], True),
+        (["manifest", "show", "--published", "--root", str(HOSTS / "no-gpu-host")], True),
+        (["exec", "--root", R, "--gpu", "0", "--", "CHILD"], True),
+        (["exec", "--root", R, "--gpu", "0", "--fresh", "--scope", "node", "CHILD"], True),
+        (["exec", "--root", R, "--gpu", "bogus", "true"], True),
+        (["exec", "--root", MISSING, "--gpu", "0", "true"], True),
+        (["exec", "--root", R, "--gpu", "0", "--", "/nonexistent/serve"], True),
+        (["exec", "--root", R, "--gpu", "0", "--dry-run", "true"], False),
+        (["exec", "--root", R, "--gpu", "0", "--dry-run", "--format", "json", "true"], False),
+    ],
+)
+def test_both_entry_points_say_the_same(
+    published_root: Path, argv: list[str], served: bool
+) -> None:
+    """Each command both ways, `python -m mcpnode` (the console script's cli/fast.py main) and
+    click's main: the same stdout, stderr and exit status, and the fast path really served what
+    it serves (click never imported), so the two cannot drift apart unseen."""
+    from tests.test_exec import CHILD
+
+    child = [sys.executable, "-c", CHILD]
+    argv = [x for a in argv for x in (child if a == "CHILD" else [a])]
+    argv = [str(published_root) if a == R else a for a in argv]
+    fast, slow = fast_path(*argv), click_path(*argv)
+    assert (fast.returncode, fast.stdout, said(fast)) == (slow.returncode, slow.stdout, said(slow))
+    assert ("click" not in imported(fast)) == served
+
+
+def test_the_fast_path_only_parses_and_prints() -> None:
+    """cli/fast.py reaches the commands through cli/commands.py alone: no renderer, discovery or
+    placement of its own (a second copy of a command's body would need one of those)."""
+    import ast
+
+    tree = ast.parse((REPO / "mcpnode" / "cli" / "fast.py").read_text())
+    names = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    names |= {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    allowed = (
+        "mcpnode.cli.commands",  # the command bodies
+        "mcpnode.cli.errors.",  # one line and an exit status per error
+        "mcpnode.errors.",
+        "mcpnode.cli.help_text.",  # click's --help text, generated
+        "mcpnode.cli.main.",  # click's path, and write_help
+    )
+    ours = {n for n in names if n.startswith("mcpnode")}
+    assert {n for n in ours if not n.startswith(allowed)} == {"mcpnode.__version__"}, ours

@@ -227,6 +227,25 @@ def test_choose_target_without_slice_says_try_node(tmp_path: Path) -> None:
     assert choose_target(placement, "0", scope="node").cpus == CpuSet({0, 1})
 
 
+def test_the_live_check_comes_before_the_clip() -> None:
+    """exec's one clip (plan_exec) narrows only a target whose CPUs are all online here: a
+    target naming a CPU this machine lacks is refused, even where the caller's CPUs would have
+    narrowed it to one that exists (docs/placement.md, "Clipped to the caller")."""
+    from mcpnode.placement.apply import plan_exec
+    from mcpnode.topology.model import replace
+
+    with Host(FIXTURES / "hgx-h100-8gpu-8nic") as host:
+        topo = discover_host(host)
+    target = choose_target(plan_placement(topo), "0", online=topo.cpus.online)
+    elsewhere = replace(target, cpus=CpuSet({0, 4095}))
+    live = Host("/")
+    plan = plan_exec(live, elsewhere, ["true"], {}, dry_run=True, allowed=CpuSet({0}))
+    assert plan.target.cpus == CpuSet({0, 4095})  # not narrowed away
+    assert "CPUs 4095 are not online on this machine" in plan.problems[0]
+    with pytest.raises(PlacementUnavailable, match="computed for another topology"):
+        plan_exec(live, elsewhere, ["true"], {}, dry_run=False, allowed=CpuSet({0}))
+
+
 # -- Host primitives ------------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """The `mcpnode` entry point: a small dispatcher in front of click for the commands that run
-hot, everything else handed to click (cli/main.py).
+hot, everything else handed to click (cli/main.py). Both call the same command bodies
+(cli/commands.py): this module only parses options and prints.
 
 `topo`, `gpus`, `exec` (the launcher in front of every inference server), `manifest show
 --published` and `mcpnode --help` / `--version` are what scripts, launchers and people run
@@ -25,12 +26,7 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from mcpnode.topology.model import Topology
-
-    # Output as text, or as a writer and its topology (written in pieces, then a newline).
-    Output = str | tuple[Callable[[Topology, Callable[[str], object]], None], Topology]
+    from mcpnode.cli.commands import Output
 
 # command -> {option: takes a value, or the choices it takes}; flags are False.
 _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
@@ -122,66 +118,41 @@ def _parse_exec(args: list[str]) -> tuple[dict[str, str | bool], list[str]] | No
     return out, command
 
 
-def _exec(opts: dict[str, str | bool], command: list[str]) -> None:
-    """`mcpnode exec` without --dry-run: the same calls as cli/main.py's exec_command and
-    _target, in the same order; returns only by raising."""
-    from mcpnode.host import Host
-    from mcpnode.placement.apply import caller_cpus, choose_target, plan_exec, run_exec
-    from mcpnode.placement.source import resolve
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
-    caller = caller_cpus(Host("/"))
+
+def _exec(opts: dict[str, str | bool], command: list[str]) -> None:
+    """`mcpnode exec` without --dry-run (cli/commands.py exec_command); returns only by
+    raising."""
+    from mcpnode.cli.commands import exec_command
+
     housekeeping = opts.get("--housekeeping")
-    with Host(str(opts.get("--root", "/"))) as host:
-        resolved = resolve(
-            host,
-            housekeeping=None if housekeeping is None else str(housekeeping),
-            fresh=bool(opts.get("--fresh", False)),
-        )
-    if resolved.notice is not None:
-        sys.stderr.write(f"mcpnode: {resolved.notice}\n")
-        sys.stderr.flush()
-    target = choose_target(
-        resolved.placement,
+    exec_command(
+        str(opts.get("--root", "/")),
         str(opts["--gpu"]),
-        scope="node" if opts.get("--scope") == "node" else "slice",
-        policy="bind" if opts.get("--membind") else "preferred",
-        online=resolved.online,
-        process_cpus=caller,
+        command,
+        os.environ,
+        scope=str(opts.get("--scope", "slice")),
+        membind=bool(opts.get("--membind", False)),
+        housekeeping=None if housekeeping is None else str(housekeeping),
+        fresh=bool(opts.get("--fresh", False)),
+        notice=_say,
     )
-    live = Host("/")
-    allowed = caller_cpus(live)
-    plan = plan_exec(live, target, command, os.environ, dry_run=False, allowed=allowed)
-    run_exec(live, plan, os.environ)
 
 
 def _run(command: str, opts: dict[str, str | bool]) -> Output:
-    """Render `command` (the same calls as its click command in cli/main.py)."""
-    from mcpnode.host import Host
+    """The output of `topo`, `gpus` or `manifest show --published` (cli/commands.py)."""
+    from mcpnode.cli import commands
 
     root = str(opts.get("--root", "/"))
-    fmt = opts.get("--format", "text")
+    fmt = str(opts.get("--format", "text"))
     if command == "manifest":
-        from mcpnode.cli import render_placement
-        from mcpnode.placement.manifest import read_manifest
-
-        with Host(root) as host:
-            doc = read_manifest(host)
-        return render_placement.as_json(doc) if fmt == "json" else render_placement.as_text(doc)
-    from mcpnode.topology.discover import discover_host
-
-    with Host(root) as host:
-        topology = discover_host(host)
+        return commands.manifest_show_command(root, published=True, fmt=fmt)
     if command == "topo":
-        from mcpnode.cli import render_topo
-
-        if fmt == "json":
-            return render_topo.write_json, topology
-        if opts.get("--tree"):
-            return render_topo.as_tree(topology)
-        return render_topo.as_matrix(topology)
-    from mcpnode.cli import render_gpus
-
-    return render_gpus.as_json(topology) + "\n" if fmt == "json" else render_gpus.as_text(topology)
+        return commands.topo_command(root, tree=bool(opts.get("--tree", False)), fmt=fmt)
+    return commands.gpus_command(root, fmt=fmt)
 
 
 def _help_width_is_default() -> bool:
@@ -230,11 +201,11 @@ def _finish(text: Output) -> None:
     without teardown."""
     try:
         if isinstance(text, str):
-            sys.stdout.write(text)
+            sys.stdout.write(text)  # --help and --version import no command module
         else:
-            writer, topology = text
-            writer(topology, sys.stdout.write)
-            sys.stdout.write("\n")
+            from mcpnode.cli.commands import write_output
+
+            write_output(text, sys.stdout.write)
         sys.stdout.flush()
     except BrokenPipeError:
         # `mcpnode topo | head`: the reader left; nothing more to say, as `cat` would.
@@ -243,8 +214,7 @@ def _finish(text: Output) -> None:
 
 
 def _fail(line: str, code: int) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    _say(line)
     os._exit(code)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from mcpnode import __version__
+from mcpnode.cli import commands
 from mcpnode.cli.color import color_option, stdout_color
 from mcpnode.cli.errors import error_line
 from mcpnode.cli.options import (
@@ -25,7 +26,6 @@ from mcpnode.cli.options import (
 )
 from mcpnode.errors import (
     McpnodeError,
-    UsageError,
 )
 
 if TYPE_CHECKING:
@@ -63,27 +63,8 @@ def cli(color: str | None) -> None:
 )
 def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
-    from mcpnode.cli import render_topo
-    from mcpnode.host import Host
-    from mcpnode.topology.discover import discover_host
-
-    with Host(root) as host:
-        topology = discover_host(host)
-        if p2p:
-            from mcpnode.audit.p2p import read_p2p
-            from mcpnode.cli import render_p2p
-
-            facts = read_p2p(host, topology)
-            render = render_p2p.as_json if fmt == "json" else render_p2p.as_text
-            click.echo(render(topology, facts), nl=fmt == "json")
-            return
-    if fmt == "json":
-        render_topo.write_json(topology, lambda piece: click.echo(piece, nl=False))
-        click.echo("")
-    elif tree:
-        click.echo(render_topo.as_tree(topology), nl=False)
-    else:
-        click.echo(render_topo.as_matrix(topology), nl=False)
+    output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt)
+    commands.write_output(output, _echo)
 
 
 @cli.command()
@@ -93,16 +74,7 @@ def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
 )
 def gpus(root: str, fmt: str) -> None:
     """Per-GPU table: bus id, NUMA, PCIe, NVLink, persistence, ECC, row remapping, MIG, fabric."""
-    from mcpnode.cli import render_gpus
-    from mcpnode.host import Host
-    from mcpnode.topology.discover import discover_host
-
-    with Host(root) as host:
-        topology = discover_host(host)
-    if fmt == "json":
-        click.echo(render_gpus.as_json(topology))
-    else:
-        click.echo(render_gpus.as_text(topology), nl=False)
+    _echo(commands.gpus_command(root, fmt=fmt))
 
 
 @cli.command()
@@ -578,23 +550,10 @@ def manifest_show(
     root: str, housekeeping: str, profiles_dir: Path | None, published: bool, fmt: str
 ) -> None:
     """Print the manifest this host would publish (or, with --published, the one it did)."""
-    from mcpnode.cli import render_placement
-    from mcpnode.host import Host
-    from mcpnode.placement.build import make_manifest
-    from mcpnode.placement.manifest import read_manifest
-    from mcpnode.probe.section import manifest_section
-
-    with Host(root) as host:
-        if published:
-            doc = read_manifest(host)
-        else:
-            doc = make_manifest(
-                host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section
-            )
-    if fmt == "json":
-        click.echo(render_placement.as_json(doc), nl=False)
-    else:
-        click.echo(render_placement.as_text(doc), nl=False)
+    text = commands.manifest_show_command(
+        root, published=published, fmt=fmt, housekeeping=housekeeping, profiles_dir=profiles_dir
+    )
+    _echo(text)
 
 
 # -- exporters --------------------------------------------------------------------------------
@@ -707,6 +666,7 @@ def placement_options(fn: F) -> F:
 
 
 def _target(
+    live: Host,
     root: str,
     selector: str,
     scope: str,
@@ -714,26 +674,28 @@ def _target(
     housekeeping: str | None,
     fresh: bool,
 ) -> Target:
-    """The placement Target for the GPUs selected: from the published manifest under `root`
-    when it is current, else from discovery (a one-line notice says why). `all-local` selects
-    by the CPUs this process may use."""
-    from mcpnode.host import Host
-    from mcpnode.placement.apply import caller_cpus, choose_target
-    from mcpnode.placement.source import resolve
-
-    caller = caller_cpus(Host("/"))
-    with Host(root) as host:
-        resolved = resolve(host, housekeeping=housekeeping, fresh=fresh)
-    if resolved.notice is not None:
-        click.echo(f"mcpnode: {resolved.notice}", err=True)
-    return choose_target(
-        resolved.placement,
+    """The placement Target for pin and systemd-dropin (cli/commands.py placement_target)."""
+    target, _ = commands.placement_target(
+        live,
+        root,
         selector,
-        scope="node" if scope == "node" else "slice",
-        policy="bind" if membind else "preferred",
-        online=resolved.online,
-        process_cpus=caller,
+        scope=scope,
+        membind=membind,
+        housekeeping=housekeeping,
+        fresh=fresh,
+        notice=_say,
     )
+    return target
+
+
+def _echo(text: str) -> None:
+    """Print a command's output (cli/commands.py), which ends its own lines."""
+    click.echo(text, nl=False)
+
+
+def _say(line: str) -> None:
+    """Print a notice line on stderr (the placement's source, when not the manifest)."""
+    click.echo(line, err=True)
 
 
 @cli.command(
@@ -765,22 +727,20 @@ def exec_command(
     `mcpnode exec --gpu 0 -- python serve.py`. The placement is the published manifest's when it
     is current (else the topology under --root is discovered), clipped to the CPUs this process
     may use; the CPU affinity and memory policy are always set on this machine's kernel."""
-    from mcpnode.cli import render_exec
-    from mcpnode.host import Host
-    from mcpnode.placement.apply import caller_cpus, plan_exec, run_exec
-
-    if fmt == "json" and not dry_run:
-        raise UsageError("--format json needs --dry-run: exec replaces this process")
-    live = Host("/")
-    target = _target(root, selector, scope, membind, housekeeping, fresh)
-    allowed = caller_cpus(live)
-    plan = plan_exec(live, target, command, os.environ, dry_run=dry_run, allowed=allowed)
-    if dry_run:
-        from mcpnode.cli.render_json import exec_json
-
-        click.echo(exec_json(plan) if fmt == "json" else render_exec.exec_text(plan), nl=False)
-        return
-    run_exec(live, plan, os.environ)
+    text = commands.exec_command(
+        root,
+        selector,
+        command,
+        os.environ,
+        scope=scope,
+        membind=membind,
+        housekeeping=housekeeping,
+        fresh=fresh,
+        dry_run=dry_run,
+        fmt=fmt,
+        notice=_say,
+    )
+    _echo(text)  # only with --dry-run: without it, exec_command replaced this process
 
 
 @cli.command()
@@ -812,8 +772,8 @@ def pin(
     from mcpnode.host import Host
     from mcpnode.placement.apply import pin_process
 
-    target = _target(root, selector, scope, membind, housekeeping, fresh)
     live = Host("/")
+    target = _target(live, root, selector, scope, membind, housekeeping, fresh)
     result = pin_process(live, pid, target, force=force)
     move = None
     if migrate:
@@ -863,7 +823,7 @@ def systemd_dropin(
 
     name = systemd.unit_name(unit)
     slice_unit = systemd.slice_name(slice_name) if slice_name is not None else None
-    target = _target(root, selector, scope, membind, housekeeping, fresh)
+    target = _target(Host("/"), root, selector, scope, membind, housekeeping, fresh)
     text = systemd.render_dropin(name, target, slice_unit)
     path = systemd.dropin_path(name)
     if do_write:

@@ -18,7 +18,7 @@ the machine lacks is PlacementUnavailable, never the silent narrowing sched_seta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, NoReturn
 
 from mcpnode.errors import (
     CommandNotFound,
@@ -91,16 +91,14 @@ def choose_target(
     policy: Policy = "preferred",
     online: CpuSet | None = None,
     process_cpus: CpuSet | None = None,
-    allowed: CpuSet | None = None,
 ) -> Target:
     """The CPUs, memory nodes and environment for the GPUs `selector` names (see select_gpus).
 
     `scope="slice"` uses the GPUs' exclusive slices, `"node"` their NUMA-local CPUs (clipped to
-    `online`, the topology's online CPUs, when given). `allowed`: the CPUs the process to be
-    placed may use (its cgroup cpuset, a Slurm job's CPUs); the target is narrowed to them, as
-    sched_setaffinity(2) would narrow it anyway. Raises UsageError for an unknown GPU, or one
-    without a slice / NUMA node (the problem says why), PlacementUnavailable when a slice names
-    a CPU that is not in `online` or nothing of the GPUs' CPUs is left inside `allowed`."""
+    `online`, the topology's online CPUs, when given). Not narrowed to the CPUs the placed
+    process may use: exec does that in plan_exec, after checking the target against this
+    kernel. Raises UsageError for an unknown GPU, or one without a slice / NUMA node (the
+    problem says why), PlacementUnavailable when a slice names a CPU that is not in `online`."""
     gpus = select_gpus(placement, selector, process_cpus)
     cpus = CpuSet()
     nodes = CpuSet()
@@ -123,8 +121,7 @@ def choose_target(
             raise UsageError(f"GPU {gpu.index} ({gpu.address}): NUMA node unknown")
         cpus = cpus | have
         nodes = nodes | gpu.memory_nodes
-    target = Target(gpus, scope, cpus, policy, nodes, merge_env(g.env for g in gpus))
-    return target if allowed is None else clip_target(target, allowed)
+    return Target(gpus, scope, cpus, policy, nodes, merge_env(g.env for g in gpus))
 
 
 def clip_target(target: Target, allowed: CpuSet) -> Target:
@@ -337,7 +334,7 @@ def child_env(env: Mapping[str, str], target: Target) -> dict[str, str]:
     return {**env, **dict(target.env)}
 
 
-def run_exec(live: Host, plan: ExecPlan, env: Mapping[str, str]) -> None:
+def run_exec(live: Host, plan: ExecPlan, env: Mapping[str, str]) -> NoReturn:
     """Place this thread and execve the command; returns only by raising (PlacementUnavailable,
     CommandNotFound, a HostError). Affinity first: then the memory policy's own allocations
     already come from the right CPUs' node."""

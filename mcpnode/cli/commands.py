@@ -1,0 +1,193 @@
+"""The bodies of `topo`, `gpus`, `manifest show` and `exec`, written once: parsed options in, the
+text to print out. click's commands (cli/main.py) and the console script's fast dispatcher
+(cli/fast.py) both call these, so the two entry points cannot say different things.
+
+Nothing here imports click, and nothing is imported at module level: each function imports
+what its command needs, so the fast path loads only that (tests/test_cli_fast.py checks it).
+Errors are raised as mcpnode's typed errors; each entry point turns them into one line and an
+exit status through cli/errors.py.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import Target
+    from mcpnode.topology.model import CpuSet, Topology
+
+    # What a command prints: a text, or a writer and its topology (written in pieces through
+    # the `write` it is given, then a newline: `topo --format json`, see write_output).
+    Output = str | tuple[Callable[[Topology, Callable[[str], object]], None], Topology]
+
+
+def write_output(output: Output, write: Callable[[str], object]) -> None:
+    """Print a command's output through `write`, as the command's own text would read."""
+    if isinstance(output, str):
+        write(output)
+        return
+    writer, topology = output
+    writer(topology, write)
+    write("\n")
+
+
+# -- discovery views ----------------------------------------------------------------------------
+
+
+def topo_command(root: str, *, tree: bool = False, p2p: bool = False, fmt: str = "text") -> Output:
+    """`mcpnode topo`: the matrix in `nvidia-smi topo -m` layout, the tree (`tree`), the GPU
+    peer-to-peer matrix (`p2p`), or JSON (`fmt="json"`, written in pieces). Raises RootError,
+    HostError."""
+    from mcpnode.host import Host
+    from mcpnode.topology.discover import discover_host
+
+    with Host(root) as host:
+        topology = discover_host(host)
+        if p2p:
+            from mcpnode.audit.p2p import read_p2p
+            from mcpnode.cli import render_p2p
+
+            facts = read_p2p(host, topology)
+            if fmt == "json":
+                return render_p2p.as_json(topology, facts) + "\n"
+            return render_p2p.as_text(topology, facts)
+    from mcpnode.cli import render_topo
+
+    if fmt == "json":
+        return render_topo.write_json, topology
+    if tree:
+        return render_topo.as_tree(topology)
+    return render_topo.as_matrix(topology)
+
+
+def gpus_command(root: str, *, fmt: str = "text") -> str:
+    """`mcpnode gpus`: the per-GPU table, or its JSON. Raises RootError, HostError."""
+    from mcpnode.cli import render_gpus
+    from mcpnode.host import Host
+    from mcpnode.topology.discover import discover_host
+
+    with Host(root) as host:
+        topology = discover_host(host)
+    if fmt == "json":
+        return render_gpus.as_json(topology) + "\n"
+    return render_gpus.as_text(topology)
+
+
+def manifest_show_command(
+    root: str,
+    *,
+    published: bool = False,
+    fmt: str = "text",
+    housekeeping: str = "first-core",
+    profiles_dir: Path | None = None,
+) -> str:
+    """`mcpnode manifest show`: the published manifest (`published`: read and checked by its
+    one reader) or the one this host would publish (discovery, the audit, the profile).
+    Raises PathNotFound, ManifestError, HostError."""
+    from mcpnode.cli import render_placement
+    from mcpnode.host import Host
+
+    with Host(root) as host:
+        if published:
+            from mcpnode.placement.manifest import read_manifest
+
+            doc = read_manifest(host)
+        else:
+            from mcpnode.placement.build import make_manifest
+            from mcpnode.probe.section import manifest_section
+
+            doc = make_manifest(
+                host, housekeeping=housekeeping, profiles_dir=profiles_dir, probe=manifest_section
+            )
+    return render_placement.as_json(doc) if fmt == "json" else render_placement.as_text(doc)
+
+
+# -- placement: exec (and the target pin and systemd-dropin share) ------------------------------
+
+
+def placement_target(
+    live: Host,
+    root: str,
+    selector: str,
+    *,
+    scope: str = "slice",
+    membind: bool = False,
+    housekeeping: str | None = None,
+    fresh: bool = False,
+    notice: Callable[[str], object],
+) -> tuple[Target, CpuSet | None]:
+    """The placement Target for the GPUs `selector` names, and the CPUs this process may use
+    (read once, from the live kernel behind `live`: `all-local` selects by them and exec clips
+    to them). The placement is the published manifest's under `root` when it is current, else
+    discovery's, and then `notice` is given the one line saying why. Raises UsageError (an
+    unknown GPU, a bad policy), PlacementUnavailable, and what discovery raises."""
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import caller_cpus, choose_target
+    from mcpnode.placement.source import resolve
+
+    caller = caller_cpus(live)
+    with Host(root) as host:
+        resolved = resolve(host, housekeeping=housekeeping, fresh=fresh)
+    if resolved.notice is not None:
+        notice(f"mcpnode: {resolved.notice}")
+    target = choose_target(
+        resolved.placement,
+        selector,
+        scope="node" if scope == "node" else "slice",
+        policy="bind" if membind else "preferred",
+        online=resolved.online,
+        process_cpus=caller,
+    )
+    return target, caller
+
+
+def exec_command(
+    root: str,
+    selector: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    scope: str = "slice",
+    membind: bool = False,
+    housekeeping: str | None = None,
+    fresh: bool = False,
+    dry_run: bool = False,
+    fmt: str = "text",
+    notice: Callable[[str], object],
+) -> str:
+    """`mcpnode exec`: place this process on the GPU's CPUs, memory node and environment and
+    execve `command` (returns only by raising), or with `dry_run` return what it would do and
+    what would stop it, as text or JSON. One live Host and one read of this process's CPUs
+    serve the selection and the clip; plan_exec checks the target against this kernel before
+    it clips (docs/placement.md). Raises UsageError, PlacementUnavailable, CommandNotFound,
+    HostError."""
+    from mcpnode.errors import UsageError
+    from mcpnode.host import Host
+    from mcpnode.placement.apply import plan_exec, run_exec
+
+    if fmt == "json" and not dry_run:
+        raise UsageError("--format json needs --dry-run: exec replaces this process")
+    live = Host("/")
+    target, caller = placement_target(
+        live,
+        root,
+        selector,
+        scope=scope,
+        membind=membind,
+        housekeeping=housekeeping,
+        fresh=fresh,
+        notice=notice,
+    )
+    plan = plan_exec(live, target, command, env, dry_run=dry_run, allowed=caller)
+    if not dry_run:
+        run_exec(live, plan, env)
+    if fmt == "json":
+        from mcpnode.cli.render_json import exec_json
+
+        return exec_json(plan)
+    from mcpnode.cli.render_exec import exec_text
+
+    return exec_text(plan)
