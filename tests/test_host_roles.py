@@ -1,15 +1,21 @@
-"""Host's roles (mcpnode/host/roles.py): Host satisfies each, and mypy refuses a write, a module
-load or a process call made through a HostReader while it accepts the same calls through a
-Host."""
+"""Host's roles (mcpnode/host/roles.py): Host satisfies each, discovery and the audit are typed
+against the reading one, and mypy refuses a write, a module load or a process call made
+through a HostReader while it accepts the same calls through a Host."""
 
 from __future__ import annotations
 
+import inspect
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mcpnode.audit import context, facts, run
+from mcpnode.audit.run import AREAS
 from mcpnode.host import Host, HostProcess, HostReader, HostWriter
+from mcpnode.topology import discover, nvml, sysfs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,6 +40,34 @@ def test_the_reader_holds_no_write_or_process_call() -> None:
     roles = {n for r in (HostReader, HostWriter, HostProcess) for n in dir(r)}
     public = {n for n in dir(Host) if not n.startswith("_")}
     assert public - roles == {"close"}
+
+
+def _host_annotation(fn: Callable[..., Any]) -> Any:
+    return inspect.signature(fn).parameters["host"].annotation
+
+
+# The collectors that call tuning/ code typed against the whole Host (load_profile, verify,
+# JournalStore, active_profile): audit/tuning.py, audit/kernel.py and the context's profile.
+WHOLE_HOST = {"mcpnode.audit.tuning", "mcpnode.audit.kernel"}
+
+
+def test_discovery_and_the_audit_take_the_reading_role() -> None:
+    for fn in (
+        discover.discover,
+        discover.discover_host,
+        nvml.open_backend,
+        sysfs.read_cpus,
+        sysfs.read_nodes,
+        sysfs.walk_pci,
+        context.build_context,
+        facts.read_file,
+        facts.list_dir,
+        run.require_machine,
+    ):
+        assert _host_annotation(fn) == "HostReader", fn.__qualname__
+    for area in AREAS:
+        want = "Host" if area.collect.__module__ in WHOLE_HOST else "HostReader"
+        assert _host_annotation(area.collect) == want, area.collect.__module__
 
 
 _SNIPPET = """
