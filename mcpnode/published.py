@@ -41,7 +41,7 @@ from typing import Any
 
 from mcpnode.bounded import MAX_CPU, BoundError, cpulist_ids, parse_decimal
 from mcpnode.errors import HostError, ManifestError, PathNotFound, Untrusted
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 
 __all__ = [
     "ENV_ALLOWED",
@@ -122,7 +122,7 @@ def env_problem(name: object, value: object) -> str | None:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def read_manifest(host: Host, *, possible_cpus: int | None = None) -> dict[str, Any]:
+def read_manifest(host: HostReader, *, possible_cpus: int | None = None) -> dict[str, Any]:
     """The published manifest of the machine behind `host`, trusted, bounded and every field
     checked (module docstring, steps 1-4). `possible_cpus`: the machine's CPU count the
     cpulists are bounded by (None: read `/sys/devices/system/cpu/possible`, MAX_CPU when it
@@ -142,7 +142,7 @@ def read_manifest(host: Host, *, possible_cpus: int | None = None) -> dict[str, 
     return parse_manifest(data, MANIFEST_PATH, cpu_limit=limit)
 
 
-def _no_shared_dir(host: Host) -> None:
+def _no_shared_dir(host: HostReader) -> None:
     """The manifest's own directory: not a symlink, not writable by others even when sticky
     (read_trusted checks the rest of the path by the shared rule)."""
     st = host.lstat(MANIFEST_DIR)
@@ -160,7 +160,7 @@ def _no_shared_dir(host: Host) -> None:
     raise Untrusted(MANIFEST_PATH, None, f"refusing to trust it: {why}")
 
 
-def _possible(host: Host) -> int:
+def _possible(host: HostReader) -> int:
     """One past the highest CPU the kernel could ever bring online (`possible`, fixed at
     boot; Documentation/admin-guide/cputopology.rst), MAX_CPU when it cannot be read."""
     try:

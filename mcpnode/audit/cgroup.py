@@ -11,7 +11,7 @@ from mcpnode.audit.context import AuditContext, cgroup_mode_of
 from mcpnode.audit.facts import FileRead, clip, file_evidence, read_file, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.paths import CGROUP_ROOT, CMDLINE, MOUNTINFO
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 
 # Kernel command line switches that keep systemd on cgroup v1 (systemd.unified_cgroup_hierarchy
 # =0, systemd.legacy_systemd_cgroup_controller) or force it past v256's refusal.
@@ -42,7 +42,7 @@ class CgroupFacts:
     cmdline: FileRead
 
 
-def collect(host: Host, ctx: AuditContext) -> CgroupFacts:
+def collect(host: HostReader, ctx: AuditContext) -> CgroupFacts:
     return CgroupFacts(read_file(host, MOUNTINFO), read_file(host, CMDLINE))
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
 from mcpnode.audit.xid import XidEvent
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
 from mcpnode.tuning.active import ActiveProfile
@@ -98,7 +98,7 @@ def driver_version_of(text: str) -> str | None:
 
 
 def build_context(
-    host: Host,
+    host: HostReader,
     topology: Topology,
     profile: str | None = None,
     profiles_dir: str | None = None,

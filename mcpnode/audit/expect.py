@@ -23,7 +23,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.expectation import Expectation, ExpectError
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, PathNotFound, SymlinkLoop, TooLarge, Untrusted
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.model import Gpu, Topology
 from mcpnode.tuning import tomlsafe
 from mcpnode.tuning.tomlsafe import TomlRejected
@@ -114,7 +114,7 @@ def expect_lines(e: Expectation) -> list[str]:
     return lines
 
 
-def read_expect_text(host: Host, path: str) -> str:
+def read_expect_text(host: HostReader, path: str) -> str:
     """The one reader of a file holding an `[expect]` table (`--expect FILE`, the root's
     mcpnode.toml): an expectation decides what the audit passes, so it is trusted as the agent's
     configuration is (Host.read_trusted: a regular file, not a symlink, root's or this euid's,
@@ -137,7 +137,7 @@ def read_expect_text(host: Host, path: str) -> str:
         raise ExpectError(path, None, f"not UTF-8 (byte {err.start})") from None
 
 
-def load_expect_file(host: Host, path: str) -> Expectation:
+def load_expect_file(host: HostReader, path: str) -> Expectation:
     """`--expect FILE`: the file read through `host` (the live machine's `/`: the file is the
     operator's, not the audited root's) by read_expect_text, parsed strictly. Raises
     ExpectError, naming the file for a missing, untrusted or unreadable one too."""
@@ -148,7 +148,7 @@ def load_expect_file(host: Host, path: str) -> Expectation:
     return parse_expect_file(text, path)
 
 
-def expectation_of(host: Host, topo: Topology) -> Expectation:
+def expectation_of(host: HostReader, topo: Topology) -> Expectation:
     """What this (known-good) host has, as an expectation for hosts of its kind: GPU count and
     model, the fewest active NVLinks of a GPU, the lowest GPU PCIe generation and width, the
     RDMA NICs and their slowest ACTIVE port, the NUMA nodes, this driver as the minimum."""
@@ -199,7 +199,7 @@ class ExpectFacts:
     error: str | None  # the [expect] table could not be used
 
 
-def collect(host: Host, ctx: AuditContext) -> ExpectFacts:
+def collect(host: HostReader, ctx: AuditContext) -> ExpectFacts:
     if ctx.expect is not None:
         return ExpectFacts(ctx.expect, ctx.expect_source, None)
     try:

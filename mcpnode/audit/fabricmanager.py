@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import clip, command_evidence
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.host import CommandResult, Host
+from mcpnode.host import CommandResult, HostReader
 from mcpnode.topology.model import Topology
 
 UNIT = "nvidia-fabricmanager"
@@ -45,7 +45,7 @@ def applies(topo: Topology) -> tuple[bool, str]:
     return True, "NVSwitch-attached GPUs without NVML fabric state (A100 generation)"
 
 
-def collect(host: Host, ctx: AuditContext) -> FabricManagerFacts:
+def collect(host: HostReader, ctx: AuditContext) -> FabricManagerFacts:
     ok, why = applies(ctx.topology)
     if not ok:
         return FabricManagerFacts(False, why, None, None)

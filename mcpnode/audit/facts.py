@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import AccessDenied, HostError
-from mcpnode.host import CommandResult, Host
+from mcpnode.host import CommandResult, HostReader
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class FileRead:
         return self.text is not None
 
 
-def read_file(host: Host, path: str, limit: int | None = None) -> FileRead:
+def read_file(host: HostReader, path: str, limit: int | None = None) -> FileRead:
     """Read `path` through Host (at most `limit` bytes, default Host's), never raising:
     absence, EACCES, a file over the limit and other errors are facts."""
     try:
@@ -43,7 +43,7 @@ def read_file(host: Host, path: str, limit: int | None = None) -> FileRead:
     return FileRead(path, text)
 
 
-def list_dir(host: Host, path: str) -> tuple[str, ...] | None:
+def list_dir(host: HostReader, path: str) -> tuple[str, ...] | None:
     """Names in a directory (sorted), or None when it is absent or unreadable."""
     try:
         names = host.listdir_optional(path)

@@ -16,7 +16,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import read_file
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.paths import PCI_DEVICES, UPTIME
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.model import Gpu, NvmlGpu, NvmlState
 
 NO_GPU = "no NVIDIA GPU on the PCI bus"
@@ -39,7 +39,7 @@ def uptime_of(text: str | None) -> float | None:
     return value if value > 0 else None
 
 
-def collect(host: Host, ctx: AuditContext) -> GpuFacts:
+def collect(host: HostReader, ctx: AuditContext) -> GpuFacts:
     topo = ctx.topology
     merged = {g.nvml.index for g in topo.gpus if g.nvml is not None}
     extra = tuple(

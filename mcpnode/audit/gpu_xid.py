@@ -50,7 +50,7 @@ from mcpnode.audit.xid_policy import (
     parse_audit_table,
 )
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
-from mcpnode.host import CommandResult, Host
+from mcpnode.host import CommandResult, HostReader
 from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress
 from mcpnode.tuning import tomlsafe
 from mcpnode.tuning.tomlsafe import TomlRejected
@@ -103,7 +103,7 @@ class XidFacts:
     policy_error: str | None = None  # the [audit] table could not be used
 
 
-def read_policy(host: Host) -> tuple[XidPolicy, str | None]:
+def read_policy(host: HostReader) -> tuple[XidPolicy, str | None]:
     """The `[audit.xid]` policy of /etc/mcpnode/mcpnode.toml under the root (the default when
     there is none), and why the table could not be used. Never raises."""
     read = read_file(host, CONFIG_PATH)
@@ -121,7 +121,7 @@ def read_policy(host: Host) -> tuple[XidPolicy, str | None]:
         return DEFAULT, str(err)
 
 
-def read_log(host: Host) -> KernelLog:
+def read_log(host: HostReader) -> KernelLog:
     """The kernel log through `host`: /dev/kmsg, else the journal. Never raises."""
     kmsg = paths.KMSG
     try:
@@ -142,7 +142,7 @@ def read_log(host: Host) -> KernelLog:
     return KernelLog(kmsg, None, read, journal=journal)
 
 
-def collect(host: Host, ctx: AuditContext) -> XidFacts:
+def collect(host: HostReader, ctx: AuditContext) -> XidFacts:
     log = read_log(host)
     source = "kmsg" if log.source == paths.KMSG else "journal"
     records = log.records or ()

@@ -21,7 +21,7 @@ from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, list_dir, read_file
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 
 COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors")
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec")
@@ -59,7 +59,7 @@ def rate_gbps(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def read_ports(host: Host) -> IbFacts:
+def read_ports(host: HostReader) -> IbFacts:
     """Every port of every RDMA device, read through `host`; never raises."""
     devices = list_dir(host, paths.INFINIBAND_CLASS)
     ports = []
@@ -83,7 +83,7 @@ def read_ports(host: Host) -> IbFacts:
     return IbFacts(tuple(ports), devices is not None)
 
 
-def collect(host: Host, ctx: AuditContext) -> IbFacts:
+def collect(host: HostReader, ctx: AuditContext) -> IbFacts:
     del ctx
     return read_ports(host)
 

@@ -21,7 +21,7 @@ from mcpnode.audit.facts import (
 )
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.topology.distance import classify
 from mcpnode.topology.model import PciAddress
 from mcpnode.tuning.values import Exact, Prefer
@@ -75,6 +75,7 @@ def loaded_modules(text: str) -> frozenset[str]:
     )
 
 
+# The whole Host, not HostReader: tuning/'s load_profile is typed against it.
 def _profile_cc(host: Host, ctx: AuditContext) -> tuple[tuple[str, ...] | None, str | None]:
     from mcpnode.tuning.profile import load_profile
 
@@ -97,14 +98,14 @@ def _profile_cc(host: Host, ctx: AuditContext) -> tuple[tuple[str, ...] | None, 
     return None, None
 
 
-def _link_group(host: Host, sysfs_path: str) -> str | None:
+def _link_group(host: HostReader, sysfs_path: str) -> str | None:
     try:
         return host.link_name(f"{sysfs_path}/iommu_group")
     except HostError:
         return None
 
 
-def _switch_pairs(host: Host, ctx: AuditContext) -> tuple[SwitchPair, ...]:
+def _switch_pairs(host: HostReader, ctx: AuditContext) -> tuple[SwitchPair, ...]:
     topo = ctx.topology
     out = []
     for gpu in topo.gpus:
@@ -131,7 +132,7 @@ def _switch_pairs(host: Host, ctx: AuditContext) -> tuple[SwitchPair, ...]:
     return tuple(out)
 
 
-def collect(host: Host, ctx: AuditContext) -> KernelFacts:
+def collect(host: Host, ctx: AuditContext) -> KernelFacts:  # Host: for _profile_cc
     cc = read_file(host, paths.TCP_AVAILABLE_CC)
     profile_cc, profile_error = _profile_cc(host, ctx)
     bbr_files: tuple[str, ...] | None = None

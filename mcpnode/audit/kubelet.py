@@ -45,7 +45,7 @@ from mcpnode.audit.facts import clip
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.yaml_bounded import YamlRejected, load_bounded
 from mcpnode.errors import HostError, ManifestError, PathNotFound
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.published import MANIFEST_PATH, read_manifest
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist
@@ -110,7 +110,7 @@ class _Bad(Exception):
 # -- collect ----------------------------------------------------------------------------------
 
 
-def collect(host: Host, ctx: AuditContext) -> KubeletFacts:
+def collect(host: HostReader, ctx: AuditContext) -> KubeletFacts:
     looked = (DEFAULT_CONFIG, *ENV_FILES, *UNIT_DIRS)
     smt = any(len(c.siblings) > 1 for c in ctx.topology.cpus.cpus)
     hk, hk_source = _housekeeping(host, ctx)
@@ -125,14 +125,14 @@ def collect(host: Host, ctx: AuditContext) -> KubeletFacts:
     return KubeletFacts(found, looked, tuple(read), None, settings, config_path, hk, hk_source, smt)
 
 
-def _read(host: Host, path: str, cap: int) -> str | None:
+def _read(host: HostReader, path: str, cap: int) -> str | None:
     try:
         return host.read_optional(path, limit=cap)
     except HostError as err:
         raise _Bad(f"{path}: unreadable ({err.detail})") from err
 
 
-def _unit_variables(host: Host, read: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+def _unit_variables(host: HostReader, read: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     """The kubelet unit's variables: Environment= of its drop-ins, then the EnvironmentFile=s
     (the usual ones and any a drop-in names), which override them. Returns (variables,
     variable -> the file that set it)."""
@@ -256,7 +256,7 @@ def _flags(variables: Mapping[str, str], var_source: Mapping[str, str]) -> dict[
 
 
 def _settings(
-    host: Host, flags: Mapping[str, Setting], read: list[str]
+    host: HostReader, flags: Mapping[str, Setting], read: list[str]
 ) -> tuple[dict[str, Setting], str, bool]:
     """Defaults, then the config file, then its drop-ins, then the flags."""
     settings = {name: Setting(default, "kubelet default") for name, (_, default) in FIELDS.items()}
@@ -342,7 +342,7 @@ def _flag_value(name: str, text: str, source: str) -> Any:
     return text
 
 
-def _housekeeping(host: Host, ctx: AuditContext) -> tuple[CpuSet | None, str]:
+def _housekeeping(host: HostReader, ctx: AuditContext) -> tuple[CpuSet | None, str]:
     if ctx.housekeeping is not None:
         return ctx.housekeeping, "mcpnode's placement plan (this run)"
     try:

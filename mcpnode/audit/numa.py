@@ -11,7 +11,7 @@ from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, read_file, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.model import NumaSource, PciAddress
 
 
@@ -32,7 +32,7 @@ class NumaFacts:
     balancing: FileRead
 
 
-def collect(host: Host, ctx: AuditContext) -> NumaFacts:
+def collect(host: HostReader, ctx: AuditContext) -> NumaFacts:
     return collect_from(ctx, read_file(host, paths.NUMA_BALANCING))
 
 

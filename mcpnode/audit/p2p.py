@@ -21,7 +21,7 @@ from mcpnode.audit.facts import FileRead, read_file, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.pcicfg import Acs, ConfigTooShort, acs_names, find_acs
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.distance import classify
 from mcpnode.topology.matrix import nvlink_counts
 from mcpnode.topology.model import PciAddress, PciDevice, Topology
@@ -128,7 +128,7 @@ def p2p_paths(topo: Topology) -> tuple[Path, ...]:
     return tuple(out)
 
 
-def read_bridge(host: Host, address: PciAddress) -> BridgeAcs:
+def read_bridge(host: HostReader, address: PciAddress) -> BridgeAcs:
     path = f"{paths.PCI_DEVICES}/{address}/config"
     try:
         data = host.read_bytes(path)
@@ -166,11 +166,11 @@ def virtualization(vendor: str | None, product: str | None, cpuinfo: str | None)
     return None
 
 
-def collect(host: Host, ctx: AuditContext) -> P2pFacts:
+def collect(host: HostReader, ctx: AuditContext) -> P2pFacts:
     return read_p2p(host, ctx.topology)
 
 
-def read_p2p(host: Host, topo: Topology) -> P2pFacts:
+def read_p2p(host: HostReader, topo: Topology) -> P2pFacts:
     """The P2P paths of `topo` and the ACS of every bridge on them, read through `host`."""
     found = p2p_paths(topo)
     bridges = sorted({b for p in found for b in p.bridges})

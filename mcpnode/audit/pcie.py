@@ -30,7 +30,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, read_file, unreadable_finding
 from mcpnode.audit.gpu import uptime_of
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.model import PciAddress, PciLink
 
 AER_KINDS = ("fatal", "nonfatal", "correctable")
@@ -87,12 +87,12 @@ class PcieFacts:
     uptime_s: float | None
 
 
-def _aer(host: Host, address: PciAddress) -> AerRead:
+def _aer(host: HostReader, address: PciAddress) -> AerRead:
     base = f"{paths.PCI_DEVICES}/{address}"
     return AerRead(address, tuple((k, read_file(host, f"{base}/aer_dev_{k}")) for k in AER_KINDS))
 
 
-def collect(host: Host, ctx: AuditContext) -> PcieFacts:
+def collect(host: HostReader, ctx: AuditContext) -> PcieFacts:
     topo = ctx.topology
     subjects = []
     wanted: list[tuple[PciAddress, str, bool, PciLink]] = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class SelfFacts:
     live: bool
 
 
-def collect(host: Host, ctx: AuditContext) -> SelfFacts:
+def collect(host: HostReader, ctx: AuditContext) -> SelfFacts:
     return SelfFacts(host.effective_uid(), host.is_live)
 
 

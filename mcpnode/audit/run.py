@@ -42,7 +42,7 @@ from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.audit.paths import MACHINE_DIRS
 from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.tuning.active import active_profile
 
@@ -51,7 +51,9 @@ from mcpnode.tuning.active import active_profile
 class Area:
     prefix: str  # every finding id of the area starts with `prefix.`
     title: str  # heading in the text report
-    collect: Callable[[Host, AuditContext], Any]  # all I/O, through Host
+    # All I/O, through the Host the runner is handed; each collector takes the narrowest role
+    # it needs (HostReader, or the whole Host where it calls code typed against it).
+    collect: Callable[[Host, AuditContext], Any]
     check: Callable[[Any, AuditContext], list[Finding]]  # pure
 
 
@@ -144,7 +146,7 @@ class AuditCannotRun(McpnodeError):
     """The root has nothing an audit can read: no sysfs and no procfs (exit 2)."""
 
 
-def require_machine(host: Host) -> None:
+def require_machine(host: HostReader) -> None:
     """Raise AuditCannotRun unless `host` has a readable sysfs or procfs."""
     for logical in MACHINE_DIRS:
         try:
@@ -173,7 +175,7 @@ def audit_context(
     one (tuning/active.py), else none. `housekeeping`: mcpnode's housekeeping CPUs when the
     caller planned placement (audit/kubelet.py compares the kubelet's reserved CPUs);
     `observed_xids`: XIDs the agent received as NVML events; `expect`: the expected
-    inventory."""
+    inventory. The whole Host, not HostReader: tuning/'s active_profile is typed against it."""
     active = None
     if profile is None:
         active = active_profile(host)

@@ -16,7 +16,7 @@ from pathlib import Path
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, ManifestError, McpnodeError
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.published import MANIFEST_PATH, read_manifest
 from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
@@ -36,6 +36,8 @@ class TuningFacts:
     active: ActiveProfile | None = None  # None when the caller named the profile (--profile)
 
 
+# The whole Host, not HostReader: tuning/'s load_profile, verify, find_overrides,
+# read_agent_state and JournalStore (which also saves the journal) are typed against it.
 def collect(host: Host, ctx: AuditContext) -> TuningFacts:
     from mcpnode.tuning.profile import load_profile
 
@@ -55,7 +57,7 @@ def collect(host: Host, ctx: AuditContext) -> TuningFacts:
     return TuningFacts(ctx.profile, report, overrides, None, agent, active)
 
 
-def _published_partition(host: Host) -> CpuPartition | None:
+def _published_partition(host: HostReader) -> CpuPartition | None:
     """The CPU partition the published manifest advertises (what `[irq]` is checked against
     when the audit runs on its own), read by the one manifest reader (mcpnode/published.py:
     trusted, every field checked); None when none is published or it is unusable, and then the

@@ -15,6 +15,8 @@ layer adding to the one before it:
                  exec
     kmsg.py      the kernel log (/dev/kmsg live, a recorded root's dev/kmsg file)
 and beside them:
+    roles.py     what a caller may do with a Host, as Protocols: HostReader (discovery and
+                 the audit), HostWriter, HostProcess
     backend.py   the file operations resolution and reads go through: the OS's, or a tarball's
     tarball.py   a tarball root read in place: its in-memory index and the backend over it
     decompress.py  gzip/bzip2/xz, decompressed ahead on a thread (tarball.py, imported only
@@ -37,6 +39,7 @@ from mcpnode.host.read import (
     SYSFS_READ_LIMIT,
     read_limit,
 )
+from mcpnode.host.roles import HostProcess, HostReader, HostWriter
 from mcpnode.host.types import CommandResult, Entry, FileStat, NodeMemory, Recording
 from mcpnode.host.write import FAULT_ENV, STOP_ENV
 
@@ -53,6 +56,9 @@ __all__ = [
     "Entry",
     "FileStat",
     "Host",
+    "HostProcess",
+    "HostReader",
+    "HostWriter",
     "KmsgRead",
     "KmsgStream",
     "MempolicyMode",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology import sysfs
 from mcpnode.topology.model import (
     GPU_CLASSES,
@@ -43,7 +43,7 @@ from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
 
 
-def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
+def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
     """Read the machine behind `host` once and return its topology. Never raises for bad
     content: unreadable or garbage files become `problems`. With a GPU backend, NVML's facts
     are joined to the sysfs GPUs by PCI address (see merge_nvml)."""
@@ -96,7 +96,7 @@ def discover(host: Host, backend: GpuBackend | None = None) -> Topology:
     )
 
 
-def discover_host(host: Host) -> Topology:
+def discover_host(host: HostReader) -> Topology:
     """discover() with the host's own GPU backend: live NVML for `/`, the recorded answers for
     a snapshot, "not recorded" for a plain dump."""
     backend = open_backend(host)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology.model import record
 
 # Where a snapshot keeps what cannot be a file (written by mcpnode/snapshot.py).
@@ -469,7 +469,7 @@ class LiveNvml:
                 self._handles.clear()
 
 
-def open_backend(host: Host) -> GpuBackend:
+def open_backend(host: HostReader) -> GpuBackend:
     """The live NVML for the live root; for any other root, the answers its snapshot recorded
     (none for a plain sysfs dump: NVML is then reported unavailable, and sysfs still lists the
     GPUs)."""

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from mcpnode.bounded import MAX_CPU
 from mcpnode.errors import HostError, PathNotFound
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.model import (
     Cpu,
@@ -64,7 +64,9 @@ class Problems:
         self.items.append(Problem(code, source, detail))
 
 
-def read_value(host: Host, path: str, parser: Callable[[str], T], problems: Problems) -> T | None:
+def read_value(
+    host: HostReader, path: str, parser: Callable[[str], T], problems: Problems
+) -> T | None:
     """Read and parse one file. Absent -> None silently; unreadable or garbage -> None and a
     Problem naming the file."""
     try:
@@ -91,7 +93,7 @@ def _strip(text: str) -> str:
 # -- identity ----------------------------------------------------------------------------------
 
 
-def read_identity(host: Host, problems: Problems) -> HostIdentity:
+def read_identity(host: HostReader, problems: Problems) -> HostIdentity:
     return HostIdentity(
         hostname=read_value(host, PROC_HOSTNAME, _strip, problems) or None,
         kernel_release=read_value(host, PROC_OSRELEASE, _strip, problems) or None,
@@ -101,7 +103,7 @@ def read_identity(host: Host, problems: Problems) -> HostIdentity:
 # -- CPUs --------------------------------------------------------------------------------------
 
 
-def read_cpus(host: Host, problems: Problems) -> CpuTopology:
+def read_cpus(host: HostReader, problems: Problems) -> CpuTopology:
     listed: set[int] = set()
     try:
         for e in host.scandir(SYS_CPU):
@@ -170,7 +172,7 @@ def cpu_limit(possible: CpuSet | None) -> int:
     return max(possible) + 1 if possible else MAX_CPU
 
 
-def read_nodes(host: Host, problems: Problems, cpus_limit: int = MAX_CPU) -> RawNodes:
+def read_nodes(host: HostReader, problems: Problems, cpus_limit: int = MAX_CPU) -> RawNodes:
     """The node directories, their CPUs (no id at or above `cpus_limit`), memory and distances;
     node lists bounded by MAX_NUMNODES."""
     ids: list[int] = []
@@ -218,7 +220,7 @@ def read_nodes(host: Host, problems: Problems, cpus_limit: int = MAX_CPU) -> Raw
 # -- what this process may use -------------------------------------------------------------------
 
 
-def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
+def read_process_cpus(host: HostReader, problems: Problems) -> ProcessCpus:
     """Cpus_allowed_list / Mems_allowed_list of the reading process; for dumps without
     /proc/self/status, the cgroup cpuset (v2 `cpuset.cpus.effective`, v1 `cpuset.cpus`) found
     through /proc/self/cgroup (or the older /proc/self/cpuset) and the mount table. The CPUs are
@@ -240,7 +242,7 @@ def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
     return _process_cpus_from_cgroup(host, problems)
 
 
-def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
+def _process_cpus_from_cgroup(host: HostReader, problems: Problems) -> ProcessCpus:
     cg_text = read_value(host, f"{PROC_SELF}/cgroup", _strip, problems)
     v2_path = parse.parse_cgroup_v2_path(cg_text) if cg_text else None
     v1_path = parse.parse_cgroup_v1_cpuset_path(cg_text) if cg_text else None
@@ -577,7 +579,7 @@ def _why(err: HostError) -> str:
     return f"{type(err).__name__}: {err.detail}"
 
 
-def walk_pci(host: Host, problems: Problems, cpus_limit: int = MAX_CPU) -> list[RawPci]:
+def walk_pci(host: HostReader, problems: Problems, cpus_limit: int = MAX_CPU) -> list[RawPci]:
     """Every PCI function under /sys/devices/pci*, found by walking real directories only.
 
     The walk descends into `DDDD:BB:DD.F` subdirectories (bridges hold their children) and into
@@ -638,7 +640,7 @@ def _address_order(d: RawPci) -> tuple[int, int, int, int]:
     return (a.domain, a.bus, a.device, a.function)
 
 
-def _settle_duplicates(host: Host, found: list[RawPci], problems: Problems) -> list[RawPci]:
+def _settle_duplicates(host: HostReader, found: list[RawPci], problems: Problems) -> list[RawPci]:
     """One directory per PCI address: the one /sys/bus/pci/devices/ADDR links to.
 
     A live kernel has one directory per function (its `struct device`), but hand-edited dumps
@@ -697,7 +699,7 @@ def _settle_duplicates(host: Host, found: list[RawPci], problems: Problems) -> l
     return [d for d in found if not under_dropped(d.path)]
 
 
-def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
+def _add_unwalked(host: HostReader, found: list[RawPci], values: _Values) -> None:
     """Functions listed in /sys/bus/pci/devices that the walk did not reach.
 
     Trimmed dumps (hwloc's `nvidiagpunumanodes`) keep devices as plain directories there with no
@@ -742,7 +744,7 @@ def _add_unwalked(host: Host, found: list[RawPci], values: _Values) -> None:
         normal.add(str(addr))
 
 
-def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
+def read_nvidia_driver_gpus(host: HostReader) -> set[PciAddress]:
     """PCI functions the NVIDIA kernel driver lists in /proc/driver/nvidia/gpus/<bus id>.
 
     Identifies GPUs in dumps whose `vendor` files were trimmed, and on hosts where the driver
@@ -752,7 +754,7 @@ def read_nvidia_driver_gpus(host: Host) -> set[PciAddress]:
 
 
 def _read_pci_function(
-    host: Host,
+    host: HostReader,
     path: str,
     name: str,
     bridge: str,
@@ -826,7 +828,7 @@ def _target_name(
     return target.rstrip("/").rsplit("/", 1)[-1] or None
 
 
-def _list(host: Host, path: str, problems: Problems) -> list[str]:
+def _list(host: HostReader, path: str, problems: Problems) -> list[str]:
     try:
         return host.listdir(path)
     except HostError as err:
@@ -854,7 +856,7 @@ def _parse_speed_mbps(text: str) -> int | None:
     return value if value > 0 else None
 
 
-def _read_netdevs(host: Host, path: str, values: _Values) -> list[NetDev]:
+def _read_netdevs(host: HostReader, path: str, values: _Values) -> list[NetDev]:
     """The netdevs in a function's `net/` directory: each is a directory there (a symlink to one
     in some dumps, followed inside the root)."""
     problems = values.problems
@@ -884,7 +886,7 @@ def _read_netdevs(host: Host, path: str, values: _Values) -> list[NetDev]:
     return out
 
 
-def read_rdma_class(host: Host, problems: Problems) -> list[tuple[str, PciAddress, str]]:
+def read_rdma_class(host: HostReader, problems: Problems) -> list[tuple[str, PciAddress, str]]:
     """RDMA devices from /sys/class/infiniband: (name, the PCI function its `device` link
     names, that function's real directory).
 

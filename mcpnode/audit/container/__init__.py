@@ -76,7 +76,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, list_dir, read_file
 from mcpnode.audit.model import Finding
 from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 
 __all__ = ["ContainerFacts", "check", "collect"]
 
@@ -100,7 +100,7 @@ def _cdi_yaml(text: str) -> CdiSpec:
     return parse_cdi_spec(text, is_json=False)
 
 
-def collect(host: Host, ctx: AuditContext) -> ContainerFacts:
+def collect(host: HostReader, ctx: AuditContext) -> ContainerFacts:
     """Read the container stack's facts through `host`. Never raises for a missing,
     unreadable or malformed file: those are facts."""
     del ctx  # everything here is read whatever the host; the checks decide what applies
@@ -134,7 +134,7 @@ def collect(host: Host, ctx: AuditContext) -> ContainerFacts:
 
 
 def _collect_containerd(
-    host: Host,
+    host: HostReader,
 ) -> tuple[tuple[ContainerdFile, ...], tuple[tuple[str, str], ...]]:
     """The files containerd loads, in its order: config.toml, then its `imports` (globs
     expanded in name order, relative paths against the importing file's directory, imports of
@@ -174,7 +174,7 @@ def _collect_containerd(
     return tuple(out), tuple(unresolved)
 
 
-def _expand_import(host: Host, pattern: str, base: str) -> tuple[list[str], str | None]:
+def _expand_import(host: HostReader, pattern: str, base: str) -> tuple[list[str], str | None]:
     """An `imports` entry -> the paths it names (Go's filepath.Glob, for a pattern in the last
     component; fnmatch's `*`, `?` and `[...]` are the same there)."""
     path = posixpath.normpath(pattern if pattern.startswith("/") else f"{base}/{pattern}")
@@ -188,7 +188,7 @@ def _expand_import(host: Host, pattern: str, base: str) -> tuple[list[str], str 
     return matched, None if matched else "matches no file"
 
 
-def _collect_crio(host: Host) -> tuple[CrioFile, ...]:
+def _collect_crio(host: HostReader) -> tuple[CrioFile, ...]:
     """crio.conf, then every file of crio.conf.d in name order (CRI-O reads the directory whole,
     later files overriding), then the files of the wrong directory conf.d, marked unloaded."""
     out: list[CrioFile] = []
@@ -204,7 +204,7 @@ def _collect_crio(host: Host) -> tuple[CrioFile, ...]:
     return tuple(out)
 
 
-def _collect_dev(host: Host) -> tuple[tuple[str, ...] | None, frozenset[str] | None]:
+def _collect_dev(host: HostReader) -> tuple[tuple[str, ...] | None, frozenset[str] | None]:
     """/dev/nvidia* nodes (and the nodes in /dev/nvidia-caps* directories), and the targets of
     /dev/char's links made absolute. Host lists names only; a name that lists as a directory
     is one, the rest are device nodes (on a live host all of /dev/nvidia* are char devices)."""
