@@ -18,7 +18,7 @@ with it. So it is read like every other root input (profiles, the agent config, 
 4. **Every field**, by the table in `_MANIFEST`: its type, its bound (string length, list
    length, integer range), and for what reaches a root action its grammar: GPU and MIG UUIDs
    (NVIDIA's `GPU-`/`MIG-` + hex and dashes, and R450-R465's `MIG-GPU-<uuid>/<gi>/<ci>`), PCI
-   addresses, cpulists (mcpnode/bounded.py: no CPU at or above the machine's possible CPUs),
+   addresses, cpulists (mcpnode/codec/bounded.py: no CPU at or above the machine's possible CPUs),
    NUMA node ids (below MAX_NODES), and the launcher environment (an allow-list, ENV_ALLOWED).
 
 Freshness (is it this boot's, with these CPUs online?) is the launch path's own question
@@ -39,7 +39,7 @@ import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mcpnode.bounded import MAX_CPU, BoundError, cpulist_ids, parse_decimal
+from mcpnode.codec.bounded import MAX_CPU, BoundError, cpulist_ids, parse_decimal
 from mcpnode.errors import HostError, ManifestError, PathNotFound, Untrusted
 from mcpnode.host import Host
 

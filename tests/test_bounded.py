@@ -1,12 +1,12 @@
-"""The bounded codecs (mcpnode/bounded.py) and the control-character helper
-(mcpnode/printable.py): table-tested, with the hostile inputs files have carried."""
+"""The bounded codecs (mcpnode/codec/bounded.py) and the control-character helper
+(mcpnode/codec/printable.py): table-tested, with the hostile inputs files have carried."""
 
 from __future__ import annotations
 
 import pytest
 
-from mcpnode.bounded import MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
-from mcpnode.printable import printable
+from mcpnode.codec.bounded import MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
+from mcpnode.codec.printable import printable
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_int
 from mcpnode.tuning import cpulist
 

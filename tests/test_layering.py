@@ -11,8 +11,9 @@ PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 
 # Lower layers first; a module may import only from its own layer or below.
 LAYERS = [
-    "printable",
-    "bounded",
+    # Pure value codecs (cpulists and masks, bounded decimals, TOML and YAML, records, read
+    # results, printable text): the leaf every layer may import.
+    "codec",
     "errors",
     "logs",
     "host",

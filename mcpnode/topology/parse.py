@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from mcpnode.bounded import MAX_CPU, MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
+from mcpnode.codec.bounded import MAX_CPU, MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
 from mcpnode.errors import McpnodeError
 from mcpnode.topology.model import CpuSet, PciAddress
 
@@ -41,7 +41,7 @@ def parse_cpulist(text: str, limit: int = MAX_CPU) -> CpuSet:
 
     Also accepts the group form `0-15:2/4` (first 2 of every 4; bitmap_parselist in lib/bitmap.c,
     documented in Documentation/admin-guide/kernel-parameters.rst). The `N` shorthand for the
-    last id is not accepted: it is valid only as kernel *input*. Bounded (mcpnode/bounded.py):
+    last id is not accepted: it is valid only as kernel *input*. Bounded (mcpnode/codec/bounded.py):
     no CPU at or above `limit`, at most 64 KiB, linear in its length.
     """
     try:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mcpnode.bounded import MAX_CPU
+from mcpnode.codec.bounded import MAX_CPU
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.topology import parse

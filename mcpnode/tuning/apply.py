@@ -36,9 +36,9 @@ from typing import Any, NoReturn
 
 import structlog
 
+from mcpnode.codec.printable import printable
 from mcpnode.errors import HostError, NotRegularFile, SymlinkLoop
 from mcpnode.host import Host
-from mcpnode.printable import printable
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
 from mcpnode.tuning.journal import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mcpnode import bounded
+from mcpnode.codec import bounded
 
 MAX_CPU = bounded.MAX_CPU
 
@@ -16,7 +16,7 @@ def parse(text: str) -> frozenset[int]:
     """`0-3,8` -> {0, 1, 2, 3, 8}; an empty or blank text is the empty set. Raises ValueError
     for anything else (a mask in hex, `N`, a reversed range, ids past MAX_CPU, the `0-15:2/4`
     group form, which irqbalance and smp_affinity_list do not print). Bounded and linear
-    (mcpnode/bounded.py)."""
+    (mcpnode/codec/bounded.py)."""
     return bounded.cpulist_ids(text, groups=False)
 
 
