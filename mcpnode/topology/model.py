@@ -1,4 +1,4 @@
-"""The machine as frozen data. Imports nothing of mcpnode's.
+"""The machine as frozen data. Imports nothing of mcpnode's but the leaf codecs (codec/).
 
 Conventions: units in field names, `None` for unknown (never -1 or 0 standing in for "don't
 know"), tuples and frozensets, collections sorted by a stable key (PCI address, id) so JSON
@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+from mcpnode.codec.cpus import format_list
 
 _T = TypeVar("_T")
 _C = TypeVar("_C")
@@ -238,17 +240,8 @@ class CpuSet(frozenset[int]):
         return super().__new__(cls, ids)
 
     def cpulist(self) -> str:
-        """Kernel list format (Documentation/admin-guide/cputopology.rst); empty set -> ''."""
-        ids = sorted(self)
-        out: list[str] = []
-        i = 0
-        while i < len(ids):
-            j = i
-            while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-                j += 1
-            out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-            i = j + 1
-        return ",".join(out)
+        """Kernel list format (codec/cpus.py's format_list); empty set -> ''."""
+        return format_list(self)
 
     def __str__(self) -> str:
         return self.cpulist()

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mcpnode.codec.bounded import MAX_CPU
+from mcpnode.codec.cpus import MAX_CPU
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.topology import parse
@@ -166,7 +166,7 @@ class RawNodes:
 def cpu_limit(possible: CpuSet | None) -> int:
     """One past the highest CPU any other cpulist or mask may name: the kernel sizes every
     cpumask to nr_cpu_ids, which is `possible`'s last id + 1 (kernel/cpu.c, Linux 2.6.26+); a
-    root without `possible` gets the documented cap, bounded.MAX_CPU."""
+    root without `possible` gets the documented cap, codec.cpus.MAX_CPU."""
     return max(possible) + 1 if possible else MAX_CPU
 
 
@@ -222,7 +222,7 @@ def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
     """Cpus_allowed_list / Mems_allowed_list of the reading process; for dumps without
     /proc/self/status, the cgroup cpuset (v2 `cpuset.cpus.effective`, v1 `cpuset.cpus`) found
     through /proc/self/cgroup (or the older /proc/self/cpuset) and the mount table. The CPUs are
-    bounded by bounded.MAX_CPU, not by `possible`: a cpuset may name CPUs this root lacks, and
+    bounded by codec.cpus.MAX_CPU, not by `possible`: a cpuset may name CPUs this root lacks, and
     discover clips it to the online ones."""
     status_path = f"{PROC_SELF}/status"
     status = read_value(host, status_path, _strip, problems)

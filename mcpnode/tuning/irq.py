@@ -31,9 +31,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mcpnode.codec.cpus import parse_list
 from mcpnode.errors import AccessDenied, HostError
 from mcpnode.host import Host
-from mcpnode.tuning import cpulist, paths
+from mcpnode.tuning import paths
 from mcpnode.tuning.state import Reading, Unreadable, read_value
 
 BANNED_VAR = "IRQBALANCE_BANNED_CPULIST"
@@ -90,7 +91,7 @@ def affinity_ok(current: str, allowed: frozenset[int]) -> bool | None:
     """Whether an interrupt allowed on `current` stays inside `allowed`: None when `current` is
     not a cpulist (never a match)."""
     try:
-        cpus = cpulist.parse(current)
+        cpus = parse_list(current, groups=False)
     except ValueError:
         return None
     return bool(cpus) and cpus <= allowed
