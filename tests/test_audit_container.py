@@ -266,7 +266,7 @@ def test_parse_cli_versions_none() -> None:
     assert parse_cli_versions("nvidia-container-cli: unrecognized option\n") is None
 
 
-# -- CDI YAML: PyYAML's safe loader inside audit/yaml_bounded.py's bounds ----------------------
+# -- CDI YAML: PyYAML's safe loader inside codec/yaml_bounded.py's bounds ----------------------
 
 CDI_HEAD = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n"
 

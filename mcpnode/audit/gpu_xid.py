@@ -46,11 +46,11 @@ from mcpnode.audit.xid_policy import (
     decide,
     parse_audit_table,
 )
+from mcpnode.codec import toml_bounded
+from mcpnode.codec.toml_bounded import TomlRejected
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import CommandResult, Host
 from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress
-from mcpnode.tuning import tomlsafe
-from mcpnode.tuning.tomlsafe import TomlRejected
 
 # The journal's kernel messages of this boot, oldest first; -n bounds what it prints.
 JOURNAL_ARGV = (
@@ -107,7 +107,7 @@ def read_policy(host: Host) -> tuple[XidPolicy, str | None]:
     if read.text is None:
         return DEFAULT, None if read.missing else f"{CONFIG_PATH}: {read.error}"
     try:
-        doc = tomlsafe.loads(read.text)
+        doc = toml_bounded.loads(read.text)
     except TomlRejected as err:
         return DEFAULT, f"{CONFIG_PATH}: not valid TOML: {err}"
     if "audit" not in doc:
