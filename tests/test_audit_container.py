@@ -41,9 +41,10 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Finding, Status
 from mcpnode.cli.render_audit import finding_json
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import Topology, replace
+from mcpnode.topology.model import Topology
 from tests import minihost
 
 CASES_DIR = Path(__file__).resolve().parent / "fixtures" / "audit" / "container"

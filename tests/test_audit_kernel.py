@@ -12,8 +12,8 @@ from mcpnode.audit import kernel
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
 from mcpnode.audit.run import run_audit
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
-from mcpnode.topology.model import replace
 from tests import auditroot
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from mcpnode.audit import numa
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
-from mcpnode.topology.model import replace
+from mcpnode.codec.record import replace
 from tests import auditroot
 
 

@@ -116,9 +116,11 @@ def test_tuning_never_imports_topology_or_cli() -> None:
 
 
 def test_placement_plan_is_pure() -> None:
-    """plan.py decides from the model alone: it imports the topology layer's pure modules and
-    the errors, never Host, discovery, tuning or audit."""
+    """plan.py decides from the model alone: it imports the topology layer's pure modules, the
+    leaf codecs and the errors, never Host, discovery, tuning or audit."""
     pure = (
+        "mcpnode.codec.cpus",
+        "mcpnode.codec.record",
         "mcpnode.errors",
         "mcpnode.topology.model",
         "mcpnode.topology.distance",

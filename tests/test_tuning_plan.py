@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpnode.topology.model import replace
+from mcpnode.codec.record import replace
 from mcpnode.tuning import paths
 from mcpnode.tuning.plan import plan, plan_restores
 from mcpnode.tuning.privilege import Privileges

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mcpnode.codec.cpus import MAX_CPU
+from mcpnode.codec.record import record
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.topology import parse
@@ -28,7 +29,6 @@ from mcpnode.topology.model import (
     PciLink,
     Problem,
     ProcessCpus,
-    record,
 )
 
 T = TypeVar("T")
