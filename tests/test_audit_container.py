@@ -41,6 +41,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Finding, Status
 from mcpnode.cli.render_audit import finding_json
+from mcpnode.codec.reading import Unreadable
 from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
@@ -906,7 +907,9 @@ def test_unreadable_files(tmp_path: Path, topology: Topology) -> None:
     assert facts.docker.read.error is not None
     f = one(container.check(facts, ctx), "container.runtime.docker")
     assert f.status is Status.WARN and f.subject == "/etc/docker/daemon.json"
-    denied = FileRead("/etc/nvidia-container-runtime/config.toml", None, True, "Permission denied")
+    denied = FileRead(
+        "/etc/nvidia-container-runtime/config.toml", Unreadable("Permission denied", denied=True)
+    )
     facts = replace(facts, toolkit_config=Parsed(denied))
     user = make_ctx(topology, is_root=False)
     f = one(container.check(facts, user), "container.toolkit.mode")

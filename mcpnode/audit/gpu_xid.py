@@ -47,6 +47,7 @@ from mcpnode.audit.xid_policy import (
     parse_audit_table,
 )
 from mcpnode.codec import toml_bounded
+from mcpnode.codec.reading import Absent, Unreadable
 from mcpnode.codec.toml_bounded import TomlRejected
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import CommandResult, Host
@@ -126,7 +127,7 @@ def read_log(host: Host) -> KernelLog:
     except (PathNotFound, AccessDenied, HostError) as err:
         denied = isinstance(err, AccessDenied)
         missing = isinstance(err, PathNotFound)
-        read = FileRead(kmsg, None, denied=denied, error=None if missing else err.detail)
+        read = FileRead(kmsg, Absent(f"no {kmsg}") if missing else Unreadable(err.detail, denied))
     else:
         records = tuple(r for r in map(parse_kmsg_record, got.records) if r is not None)
         return KernelLog(kmsg, records, FileRead(kmsg, ""), got.truncated, got.overwritten)

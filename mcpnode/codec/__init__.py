@@ -7,6 +7,7 @@ mcpnode's outside itself. Text in, values out (and back), no I/O, nothing run at
 - `toml_bounded`, `yaml_bounded`: TOML and YAML parsed inside bounds a hostile file cannot pass.
 - `record`: the `@record` value class (slotted, optionally frozen and ordered), `replace`,
   `fields`.
+- `reading`: the result of a read that may fail: the text, or `Absent`, or `Unreadable` and why.
 
 Modules are imported by their own name (`from mcpnode.codec.cpus import parse_list`): this
 file imports none of them, so importing one codec costs only that codec.

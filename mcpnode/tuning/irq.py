@@ -32,10 +32,11 @@ import re
 from dataclasses import dataclass
 
 from mcpnode.codec.cpus import parse_list
+from mcpnode.codec.reading import Reading, Unreadable
 from mcpnode.errors import AccessDenied, HostError
 from mcpnode.host import Host
 from mcpnode.tuning import paths
-from mcpnode.tuning.state import Reading, Unreadable, read_value
+from mcpnode.tuning.state import read_value
 
 BANNED_VAR = "IRQBALANCE_BANNED_CPULIST"
 _OLD_BANNED_VAR = "IRQBALANCE_BANNED_CPUS"

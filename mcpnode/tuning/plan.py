@@ -19,9 +19,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.profile import Profile, Setting
-from mcpnode.tuning.state import Absent, HostState, Reading, Unreadable
+from mcpnode.tuning.state import HostState
 from mcpnode.tuning.values import (
     Choice,
     Exact,
