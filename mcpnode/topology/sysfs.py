@@ -64,9 +64,10 @@ class Problems:
         self.items.append(Problem(code, source, detail))
 
 
-def read_value(host: Host, path: str, parser: Callable[[str], T], problems: Problems) -> T | None:
-    """Read and parse one file. Absent -> None silently; unreadable or garbage -> None and a
-    Problem naming the file."""
+def read_parsed(host: Host, path: str, parser: Callable[[str], T], problems: Problems) -> T | None:
+    """Read and parse one file: the parsed value, or None. Absent -> None silently; unreadable
+    or garbage -> None and a Problem naming the file. (Tuning's read_value keeps the outcome
+    itself, a Reading; discovery records it as a Problem instead.)"""
     try:
         text = host.read_optional(path)
     except HostError as err:
@@ -93,8 +94,8 @@ def _strip(text: str) -> str:
 
 def read_identity(host: Host, problems: Problems) -> HostIdentity:
     return HostIdentity(
-        hostname=read_value(host, PROC_HOSTNAME, _strip, problems) or None,
-        kernel_release=read_value(host, PROC_OSRELEASE, _strip, problems) or None,
+        hostname=read_parsed(host, PROC_HOSTNAME, _strip, problems) or None,
+        kernel_release=read_parsed(host, PROC_OSRELEASE, _strip, problems) or None,
     )
 
 
@@ -110,10 +111,10 @@ def read_cpus(host: Host, problems: Problems) -> CpuTopology:
                 listed.add(int(m.group(1)))
     except HostError as err:
         problems.add("cpu.unreadable", SYS_CPU, f"{type(err).__name__}: {err.detail}")
-    possible = read_value(host, f"{SYS_CPU}/possible", parse.parse_cpulist, problems)
+    possible = read_parsed(host, f"{SYS_CPU}/possible", parse.parse_cpulist, problems)
     cpulist = functools.partial(parse.parse_cpulist, limit=cpu_limit(possible))
-    present = read_value(host, f"{SYS_CPU}/present", cpulist, problems)
-    online = read_value(host, f"{SYS_CPU}/online", cpulist, problems)
+    present = read_parsed(host, f"{SYS_CPU}/present", cpulist, problems)
+    online = read_parsed(host, f"{SYS_CPU}/online", cpulist, problems)
     if present is None:
         present = CpuSet(listed)
         if listed:
@@ -126,16 +127,16 @@ def read_cpus(host: Host, problems: Problems) -> CpuTopology:
     cpus = []
     for cpu_id in sorted(present):
         base = f"{SYS_CPU}/cpu{cpu_id}/topology"
-        siblings = read_value(host, f"{base}/thread_siblings_list", cpulist, problems)
+        siblings = read_parsed(host, f"{base}/thread_siblings_list", cpulist, problems)
         cpus.append(
             Cpu(
                 id=cpu_id,
                 online=cpu_id in online,
-                core_id=read_value(host, f"{base}/core_id", parse.parse_int, problems),
-                package_id=read_value(
+                core_id=read_parsed(host, f"{base}/core_id", parse.parse_int, problems),
+                package_id=read_parsed(
                     host, f"{base}/physical_package_id", parse.parse_int, problems
                 ),
-                die_id=read_value(host, f"{base}/die_id", parse.parse_int, problems),
+                die_id=read_parsed(host, f"{base}/die_id", parse.parse_int, problems),
                 node=None,  # filled by discover from the node cpulists
                 # Offline CPUs lose their topology/ dir on many kernels: a CPU is its own sibling.
                 siblings=siblings if siblings else CpuSet({cpu_id}),
@@ -190,27 +191,27 @@ def read_nodes(host: Host, problems: Problems, cpus_limit: int = MAX_CPU) -> Raw
     nodes = []
     for node_id in sorted(ids):
         base = f"{SYS_NODE}/node{node_id}"
-        cpus = read_value(host, f"{base}/cpulist", cpulist, problems)
+        cpus = read_parsed(host, f"{base}/cpulist", cpulist, problems)
         if cpus is None:
-            cpus = read_value(host, f"{base}/cpumap", cpumask, problems)
+            cpus = read_parsed(host, f"{base}/cpumap", cpumask, problems)
         nodes.append(
             RawNode(
                 id=node_id,
                 cpus=cpus,
-                memory_kib=read_value(
+                memory_kib=read_parsed(
                     host, f"{base}/meminfo", parse.parse_node_meminfo_total_kib, problems
                 ),
-                distance_row=read_value(host, f"{base}/distance", parse.parse_distances, problems),
+                distance_row=read_parsed(host, f"{base}/distance", parse.parse_distances, problems),
             )
         )
     # `has_memory` is N_MEMORY (Linux 3.8+). Without it discover uses each node's MemTotal, not
     # `has_normal_memory`: that one leaves out nodes whose memory is all ZONE_MOVABLE or HIGHMEM
     # (hotplugged, CXL), and in 48amd64-4pa2n6c-sparse it still says 0-7 for nodes 0-2,33,...,73.
-    has_memory = read_value(host, f"{SYS_NODE}/has_memory", nodelist, problems)
+    has_memory = read_parsed(host, f"{SYS_NODE}/has_memory", nodelist, problems)
     return RawNodes(
         nodes=tuple(nodes),
-        online=read_value(host, f"{SYS_NODE}/online", nodelist, problems),
-        has_cpu=read_value(host, f"{SYS_NODE}/has_cpu", nodelist, problems),
+        online=read_parsed(host, f"{SYS_NODE}/online", nodelist, problems),
+        has_cpu=read_parsed(host, f"{SYS_NODE}/has_cpu", nodelist, problems),
         has_memory=has_memory,
     )
 
@@ -225,7 +226,7 @@ def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
     bounded by codec.cpus.MAX_CPU, not by `possible`: a cpuset may name CPUs this root lacks, and
     discover clips it to the online ones."""
     status_path = f"{PROC_SELF}/status"
-    status = read_value(host, status_path, _strip, problems)
+    status = read_parsed(host, status_path, _strip, problems)
     if status:
         cpus_text = parse.parse_status_field(status, "Cpus_allowed_list")
         mems_text = parse.parse_status_field(status, "Mems_allowed_list")
@@ -241,16 +242,16 @@ def read_process_cpus(host: Host, problems: Problems) -> ProcessCpus:
 
 
 def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
-    cg_text = read_value(host, f"{PROC_SELF}/cgroup", _strip, problems)
+    cg_text = read_parsed(host, f"{PROC_SELF}/cgroup", _strip, problems)
     v2_path = parse.parse_cgroup_v2_path(cg_text) if cg_text else None
     v1_path = parse.parse_cgroup_v1_cpuset_path(cg_text) if cg_text else None
     if v2_path is None and v1_path is None:
         # Before /proc/self/cgroup existed in dumps, hwloc read /proc/self/cpuset (a path).
-        v2_path = read_value(host, f"{PROC_SELF}/cpuset", _strip, problems) or None
-    mounts_text = read_value(host, f"{PROC_SELF}/mountinfo", lambda t: t, problems)
+        v2_path = read_parsed(host, f"{PROC_SELF}/cpuset", _strip, problems) or None
+    mounts_text = read_parsed(host, f"{PROC_SELF}/mountinfo", lambda t: t, problems)
     mounts = parse.parse_mountinfo(mounts_text) if mounts_text else []
     if not mounts:
-        plain = read_value(host, "/proc/mounts", lambda t: t, problems)
+        plain = read_parsed(host, "/proc/mounts", lambda t: t, problems)
         mounts = parse.parse_mounts(plain) if plain else []
     # (mount point, cgroup path, cpus file, mems file). The mems name is spelled out: deriving it
     # by replacing "cpus" also rewrote the "cpuset." prefix (`memset.mems.effective`).
@@ -271,10 +272,10 @@ def _process_cpus_from_cgroup(host: Host, problems: Problems) -> ProcessCpus:
     nodelist = functools.partial(parse.parse_cpulist, limit=MAX_NUMNODES)
     for mnt, cg, cpus_file, mems_file in candidates:
         base = mnt.rstrip("/") + ("/" + cg.strip("/") if cg.strip("/") else "")
-        cpus = read_value(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
+        cpus = read_parsed(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
         if cpus is None:
             continue
-        mems = read_value(host, f"{base}/{mems_file}", nodelist, problems)
+        mems = read_parsed(host, f"{base}/{mems_file}", nodelist, problems)
         return ProcessCpus(cpus=cpus, mems=mems, source=f"{base}/{cpus_file}")
     return ProcessCpus(cpus=None, mems=None, source=None)
 
@@ -412,7 +413,7 @@ class _Values:
         parser: Callable[[str], T],
     ) -> T | None:
         """`directory/name` as `parser` reads it: None when absent, unreadable (a read.error
-        Problem) or garbage (a read.garbage Problem), as read_value."""
+        Problem) or garbage (a read.garbage Problem), as read_parsed."""
         text = attrs.get(name)
         if text is None:
             return None
@@ -428,7 +429,7 @@ class _Values:
             return None
         refused = self._refused[parser].get(text)
         if refused is None:
-            # hwloc-gather-topology dumps end some values with a NUL: see read_value.
+            # hwloc-gather-topology dumps end some values with a NUL: see read_parsed.
             try:
                 value = parser(text.split("\x00", 1)[0])
             except parse.ParseError as err:
@@ -492,7 +493,7 @@ class _Values:
             refused = self._refused[parser].get(text)
             if refused is None:
                 try:
-                    value = parser(text.split("\x00", 1)[0])  # NUL: see read_value
+                    value = parser(text.split("\x00", 1)[0])  # NUL: see read_parsed
                 except parse.ParseError as err:
                     refused = self._refused[parser][text] = str(err)
                 else:
@@ -807,7 +808,7 @@ def _read_pci_function(
         dev.rdma = _list(host, f"{path}/infiniband", problems)
     if "nvme" in subdirs:
         for ctrl in _list(host, f"{path}/nvme", problems):
-            model = read_value(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
+            model = read_parsed(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
             dev.nvme.append((ctrl, model or None))
     return dev, kids
 
@@ -837,7 +838,7 @@ def _list(host: Host, path: str, problems: Problems) -> list[str]:
 def _text(
     directory: str, name: str, attrs: dict[str, str | HostError], problems: Problems
 ) -> str | None:
-    """An attribute's text, stripped (read_value with _strip): unique per file (a MAC address),
+    """An attribute's text, stripped (read_parsed with _strip): unique per file (a MAC address),
     so not worth remembering."""
     text = attrs.get(name)
     if text is None:
