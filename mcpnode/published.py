@@ -18,7 +18,7 @@ with it. So it is read like every other root input (profiles, the agent config, 
 4. **Every field**, by the table in `_MANIFEST`: its type, its bound (string length, list
    length, integer range), and for what reaches a root action its grammar: GPU and MIG UUIDs
    (NVIDIA's `GPU-`/`MIG-` + hex and dashes, and R450-R465's `MIG-GPU-<uuid>/<gi>/<ci>`), PCI
-   addresses, cpulists (mcpnode/bounded.py: no CPU at or above the machine's possible CPUs),
+   addresses, cpulists (mcpnode/codec/cpus.py: no CPU at or above the machine's possible CPUs),
    NUMA node ids (below MAX_NODES), and the launcher environment (an allow-list, ENV_ALLOWED).
 
 Freshness (is it this boot's, with these CPUs online?) is the launch path's own question
@@ -39,7 +39,8 @@ import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mcpnode.bounded import MAX_CPU, BoundError, cpulist_ids, parse_decimal
+from mcpnode.codec.bounded import BoundError, parse_decimal
+from mcpnode.codec.cpus import MAX_CPU, parse_list
 from mcpnode.errors import HostError, ManifestError, PathNotFound, Untrusted
 from mcpnode.host import HostReader
 
@@ -165,7 +166,7 @@ def _possible(host: HostReader) -> int:
     boot; Documentation/admin-guide/cputopology.rst), MAX_CPU when it cannot be read."""
     try:
         text = host.read_optional("/sys/devices/system/cpu/possible", limit=4096)
-        ids = cpulist_ids(text or "")
+        ids = parse_list(text or "")
     except (HostError, BoundError):
         return MAX_CPU
     return max(ids) + 1 if ids else MAX_CPU
@@ -352,7 +353,7 @@ def _cpulist(value: object, path: str, ctx: _Ctx) -> None:
     if not isinstance(value, str):
         raise ctx.fail(path, "is not a cpulist")
     try:
-        cpulist_ids(value, limit=ctx.cpu_limit)
+        parse_list(value, limit=ctx.cpu_limit)
     except BoundError as err:
         raise ctx.fail(path, f"is not a usable cpulist: {err}") from None
 

@@ -22,9 +22,9 @@ from typing import Any
 from mcpnode.audit.context import AuditContext, build_context
 from mcpnode.audit.model import AuditReport
 from mcpnode.audit.run import run_audit
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import replace
 from tests import fixturegen, nvmlgen
 
 HERE = Path(__file__).resolve().parent

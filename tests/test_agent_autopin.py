@@ -44,12 +44,13 @@ from mcpnode.agent.autopin import (
     target_for,
 )
 from mcpnode.agent.config import PinRule
+from mcpnode.codec.record import replace
 from mcpnode.errors import AccessDenied, UsageError
 from mcpnode.host import Host
 from mcpnode.placement.apply import PF_KTHREAD, live_online_cpus
 from mcpnode.placement.plan import Placement, plan_placement
 from mcpnode.topology.discover import discover, discover_host
-from mcpnode.topology.model import CpuSet, Topology, replace
+from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.nvml import RecordedNvml
 from mcpnode.topology.parse import ParseError
 from tests import placeroot

@@ -11,6 +11,7 @@ from mcpnode.audit import cgroup
 from mcpnode.audit.context import cgroup_mode_of, driver_version_of
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Finding, Status
+from mcpnode.codec.reading import Absent, Unreadable
 from tests import auditroot
 
 V232 = """\
@@ -79,10 +80,11 @@ def check(mountinfo: FileRead, cmdline: str = "", is_root: bool = True) -> list[
 
 
 def read(text: str | None) -> FileRead:
-    return FileRead("/proc/self/mountinfo", text)
+    path = "/proc/self/mountinfo"
+    return FileRead(path, Absent(f"no {path}") if text is None else text)
 
 
-DENIED = FileRead("/proc/self/mountinfo", None, denied=True, error="Permission denied")
+DENIED = FileRead("/proc/self/mountinfo", Unreadable("Permission denied", denied=True))
 
 
 def test_hybrid_and_v1_warn_with_the_deprecation_and_the_switches() -> None:

@@ -41,9 +41,11 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Finding, Status
 from mcpnode.cli.render_audit import finding_json
+from mcpnode.codec.reading import Unreadable
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import Topology, replace
+from mcpnode.topology.model import Topology
 from tests import minihost
 
 CASES_DIR = Path(__file__).resolve().parent / "fixtures" / "audit" / "container"
@@ -266,7 +268,7 @@ def test_parse_cli_versions_none() -> None:
     assert parse_cli_versions("nvidia-container-cli: unrecognized option\n") is None
 
 
-# -- CDI YAML: PyYAML's safe loader inside audit/yaml_bounded.py's bounds ----------------------
+# -- CDI YAML: PyYAML's safe loader inside codec/yaml_bounded.py's bounds ----------------------
 
 CDI_HEAD = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n"
 
@@ -905,7 +907,9 @@ def test_unreadable_files(tmp_path: Path, topology: Topology) -> None:
     assert facts.docker.read.error is not None
     f = one(container.check(facts, ctx), "container.runtime.docker")
     assert f.status is Status.WARN and f.subject == "/etc/docker/daemon.json"
-    denied = FileRead("/etc/nvidia-container-runtime/config.toml", None, True, "Permission denied")
+    denied = FileRead(
+        "/etc/nvidia-container-runtime/config.toml", Unreadable("Permission denied", denied=True)
+    )
     facts = replace(facts, toolkit_config=Parsed(denied))
     user = make_ctx(topology, is_root=False)
     f = one(container.check(facts, user), "container.toolkit.mode")

@@ -11,8 +11,8 @@ import pytest
 from mcpnode.audit import gpu
 from mcpnode.audit.model import AuditReport, Status
 from mcpnode.audit.run import run_audit
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
-from mcpnode.topology.model import replace
 from tests import auditroot
 
 SICK = "0000:3a:00.0"  # GPU 2 of the HGX, broken in each audit recording

@@ -12,8 +12,9 @@ from mcpnode.audit import kernel
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
 from mcpnode.audit.run import run_audit
+from mcpnode.codec.reading import Absent, Unreadable
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
-from mcpnode.topology.model import replace
 from tests import auditroot
 
 
@@ -136,9 +137,9 @@ def test_acs_not_applicable_without_a_shared_switch(tmp_path: Path) -> None:
 def test_modules_file_absent_or_unreadable() -> None:
     """Absent: SKIP. Refused without root: SKIP saying so. Refused as root: WARN."""
     ctx = auditroot.context(auditroot.HGX)
-    denied = FileRead("/proc/modules", None, denied=True, error="Permission denied")
+    denied = FileRead("/proc/modules", Unreadable("Permission denied", denied=True))
     for read, as_root, status in (
-        (FileRead("/proc/modules", None), True, Status.SKIP),
+        (FileRead("/proc/modules", Absent("no /proc/modules")), True, Status.SKIP),
         (denied, False, Status.SKIP),
         (denied, True, Status.WARN),
     ):

@@ -8,7 +8,8 @@ from pathlib import Path
 from mcpnode.audit import numa
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
-from mcpnode.topology.model import replace
+from mcpnode.codec.reading import Absent, Unreadable
+from mcpnode.codec.record import replace
 from tests import auditroot
 
 
@@ -47,11 +48,14 @@ def test_single_socket_vm_with_numa_minus_one_is_not_a_fault(tmp_path: Path) -> 
 
 def test_balancing_absent_unreadable_and_no_gpu() -> None:
     ctx = auditroot.context(auditroot.HGX)
-    base = numa.collect_from(ctx, FileRead("/proc/sys/kernel/numa_balancing", None))
+    base = numa.collect_from(
+        ctx,
+        FileRead("/proc/sys/kernel/numa_balancing", Absent("no /proc/sys/kernel/numa_balancing")),
+    )
     assert numa.check(base, ctx)[-1].status is Status.SKIP
     denied = replace(
         base,
-        balancing=FileRead("/proc/sys/kernel/numa_balancing", None, denied=True, error="EACCES"),
+        balancing=FileRead("/proc/sys/kernel/numa_balancing", Unreadable("EACCES", denied=True)),
     )
     (f,) = [x for x in numa.check(denied, replace(ctx, is_root=False)) if x.id == "numa.balancing"]
     assert f.status is Status.SKIP and "needs root" in f.summary

@@ -1,14 +1,14 @@
-"""The bounded codecs (mcpnode/bounded.py) and the control-character helper
-(mcpnode/printable.py): table-tested, with the hostile inputs files have carried."""
+"""The bounded codecs (mcpnode/codec/bounded.py, mcpnode/codec/cpus.py) and the control-character
+helper (mcpnode/codec/printable.py): table-tested, with the hostile inputs files have carried."""
 
 from __future__ import annotations
 
 import pytest
 
-from mcpnode.bounded import MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
-from mcpnode.printable import printable
-from mcpnode.topology.parse import ParseError, parse_cpulist, parse_int
-from mcpnode.tuning import cpulist
+from mcpnode.codec.bounded import BoundError, parse_decimal
+from mcpnode.codec.cpus import MAX_CPULIST_BYTES, format_list, format_mask, parse_list, parse_mask
+from mcpnode.codec.printable import printable
+from mcpnode.topology.parse import ParseError, parse_cpulist, parse_cpumask, parse_int
 
 
 @pytest.mark.parametrize(
@@ -24,8 +24,8 @@ from mcpnode.tuning import cpulist
         ("3-3", {3}),
     ],
 )
-def test_cpulist_ids(text: str, ids: set[int]) -> None:
-    assert cpulist_ids(text) == frozenset(ids)
+def test_parse_list(text: str, ids: set[int]) -> None:
+    assert parse_list(text) == frozenset(ids)
     assert parse_cpulist(text) == frozenset(ids)
 
 
@@ -46,36 +46,108 @@ def test_cpulist_ids(text: str, ids: set[int]) -> None:
 )
 def test_cpulist_ids_refuses(text: str, why: str) -> None:
     with pytest.raises(BoundError, match=why):
-        cpulist_ids(text)
+        parse_list(text)
     with pytest.raises(ParseError):
         parse_cpulist(text)
 
 
 def test_cpulist_limit_is_the_possible_range() -> None:
-    assert cpulist_ids("0-7", limit=8) == frozenset(range(8))
+    assert parse_list("0-7", limit=8) == frozenset(range(8))
     with pytest.raises(BoundError, match="past the last possible cpu 7"):
-        cpulist_ids("0-8", limit=8)
+        parse_list("0-8", limit=8)
 
 
 def test_cpulist_bombs_are_refused_or_linear() -> None:
     # A megabyte of ranges is refused by its length before any parsing.
     with pytest.raises(BoundError, match="bytes"):
-        cpulist_ids("0-65535," * (1 << 17))
+        parse_list("0-65535," * (1 << 17))
     # The largest accepted text of repeated whole ranges is merged, then expanded once: each of
     # the ~8,000 parts would otherwise expand 65,536 ids (half a billion set insertions).
     text = ",".join(["0-65535"] * ((MAX_CPULIST_BYTES // 8) - 1))
     assert len(text) <= MAX_CPULIST_BYTES
-    assert len(cpulist_ids(text)) == 1 << 16
+    assert len(parse_list(text)) == 1 << 16
     # Distinct stride groups share one budget of ids.
     many = ",".join(f"{i}-65535:1/2" for i in range(5000))[:MAX_CPULIST_BYTES].rsplit(",", 1)[0]
     with pytest.raises(BoundError, match="too many cpus"):
-        cpulist_ids(many)
+        parse_list(many)
 
 
-def test_tuning_cpulist_takes_no_groups() -> None:
-    assert cpulist.parse("0-3") == frozenset(range(4))
+def test_cpulist_groups_are_a_policy() -> None:
+    """Tuning refuses the group form (the kernel's interrupt files and irqbalance never print
+    it); discovery and the manifest accept it."""
+    assert parse_list("0-3", groups=False) == frozenset(range(4))
     with pytest.raises(ValueError, match="not a cpu list"):
-        cpulist.parse("0-15:2/4")
+        parse_list("0-15:2/4", groups=False)
+    assert parse_list("0-15:2/4") == {0, 1, 4, 5, 8, 9, 12, 13}
+
+
+@pytest.mark.parametrize(
+    ("ids", "text"),
+    [(set(), ""), ({5}, "5"), ({0, 1, 2, 8}, "0-2,8"), ({3, 1, 2, 7, 9, 8}, "1-3,7-9")],
+)
+def test_format_list(ids: set[int], text: str) -> None:
+    assert format_list(ids) == text
+    assert format_list(sorted(ids)) == text  # any iterable
+    assert parse_list(text) == ids
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        ("00000000,0000ffff\n", set(range(16))),
+        ("ff", set(range(8))),
+        ("0", set()),
+        ("1,00000000", {32}),
+        ("80000000,00000001", {0, 63}),
+    ],
+)
+def test_parse_mask(text: str, ids: set[int]) -> None:
+    assert parse_mask(text) == ids
+    assert parse_cpumask(text) == frozenset(ids)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "not a hex cpu mask"),
+        ("0x1", "not a hex cpu mask"),
+        ("ff,zz", "not a hex cpu mask"),
+        ("f" * (MAX_CPULIST_BYTES + 1), "bytes"),
+    ],
+)
+def test_parse_mask_refuses(text: str, why: str) -> None:
+    with pytest.raises(BoundError, match=why):
+        parse_mask(text)
+    with pytest.raises(ParseError, match=why):
+        parse_cpumask(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [("123456789", {0, 3, 7, 8, 9, 10, 13, 14, 16, 18, 22, 24, 25, 29, 32}), ("1,,2", {1, 4})],
+)
+def test_mask_word_width_is_a_policy(text: str, ids: set[int]) -> None:
+    """Tuning takes the kernel's 32-bit words only; discovery reads the digits whatever the
+    commas between them."""
+    with pytest.raises(BoundError, match="not a hex cpu mask"):
+        parse_mask(text)
+    assert parse_mask(text, any_width=True) == ids
+    assert parse_cpumask(text) == frozenset(ids)
+
+
+def test_mask_limit_names_the_lowest_cpu_past_it() -> None:
+    assert parse_mask("ff", limit=8) == frozenset(range(8))
+    with pytest.raises(BoundError, match="cpu 9 in the mask is past the last possible cpu 7"):
+        parse_mask("00000e00", limit=8)
+    with pytest.raises(BoundError, match="past the last possible cpu 65535"):
+        parse_mask("1," + ",".join(["00000000"] * 2048))
+
+
+def test_format_mask_pads_to_the_words_asked() -> None:
+    assert format_mask({0}) == "00000001"
+    assert format_mask({0, 32, 33}) == "00000003,00000001"
+    assert format_mask(set(), 2) == "00000000,00000000"
+    assert format_mask({40}, 1) == "00000100,00000000"
 
 
 @pytest.mark.parametrize(

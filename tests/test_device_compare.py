@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from mcpnode.cli.main import cli
-from mcpnode.topology.model import CpuSet, replace
+from mcpnode.codec.record import replace
+from mcpnode.topology.model import CpuSet
 from tests.device.compare import (
     GpuFacts,
     GpuReport,

@@ -232,7 +232,7 @@ def test_the_live_check_comes_before_the_clip() -> None:
     target naming a CPU this machine lacks is refused, even where the caller's CPUs would have
     narrowed it to one that exists (docs/placement.md, "Clipped to the caller")."""
     from mcpnode.placement.apply import plan_exec
-    from mcpnode.topology.model import replace
+    from mcpnode.codec.record import replace
 
     with Host(FIXTURES / "hgx-h100-8gpu-8nic") as host:
         topo = discover_host(host)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcpnode.codec.record import replace
 from mcpnode.placement.exporters import nfd
 from mcpnode.placement.exporters.nfd import (
     NfdLabelError,
@@ -18,7 +19,6 @@ from mcpnode.placement.exporters.nfd import (
     sanitize_value,
     validate_label,
 )
-from mcpnode.topology.model import replace
 from tests.exportcase import AUDIT, FIXTURES, placement, topology
 
 # The Kubernetes rules restated independently of nfd.py's regexes (apimachinery

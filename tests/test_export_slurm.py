@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from mcpnode.codec.record import replace
 from mcpnode.placement.exporters import slurm
 from mcpnode.placement.exporters.slurm import cores_for, slurm_core_indices
-from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, replace
+from mcpnode.topology.model import Cpu, CpuSet, CpuTopology
 from tests.exportcase import FIXTURES, placement, topology
 
 

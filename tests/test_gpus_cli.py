@@ -16,9 +16,10 @@ from click.testing import CliRunner
 
 from mcpnode.cli import render_gpus
 from mcpnode.cli.main import cli
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
-from mcpnode.topology.model import NvLink, NvmlGpu, NvmlState, PciAddress, Topology, replace
+from mcpnode.topology.model import NvLink, NvmlGpu, NvmlState, PciAddress, Topology
 from tests.minihost import build
 
 NOT_A_SNAPSHOT = "NVML unavailable: NotRecorded: not a mcpnode snapshot (no mcpnode-snapshot.json)"

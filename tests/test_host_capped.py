@@ -1,6 +1,6 @@
 """Host.read_optional with a limit: the read stops at the cap (a growing file costs cap + 1
 bytes), absence is None, everything else a typed HostError; symlinks resolve inside the root.
-And the bounded YAML loader (mcpnode/audit/yaml_bounded.py) it feeds."""
+And the bounded YAML loader (mcpnode/codec/yaml_bounded.py) it feeds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpnode.audit.yaml_bounded import MAX_ALIASES, MAX_DEPTH, YamlRejected, load_bounded
+from mcpnode.codec.yaml_bounded import MAX_ALIASES, MAX_DEPTH, YamlRejected, load_bounded
 from mcpnode.errors import ReadError
 from mcpnode.host import Host
 

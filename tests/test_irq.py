@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from mcpnode.codec import cpus
 from mcpnode.errors import McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import MANIFEST_PATH
-from mcpnode.tuning import cpulist
 from mcpnode.tuning.errors import JournalError, ProfileError
 from mcpnode.tuning.irq import banned_of, parse_interrupts, with_banned
 from mcpnode.tuning.journal import JournalStore, from_json
@@ -48,7 +48,7 @@ def manifest(root: Path) -> dict[str, Any]:
 def slices_of(doc: dict[str, Any]) -> frozenset[int]:
     out: set[int] = set()
     for gpu in doc["placement"]["gpus"]:
-        out |= cpulist.parse(gpu["slice_cpus"])
+        out |= cpus.parse_list(gpu["slice_cpus"])
     return frozenset(out)
 
 
@@ -64,9 +64,9 @@ def test_apply_moves_every_interrupt_off_the_slices_and_rollback_restores(
     root = hgx.root
     doc = manifest(root)
     slices = slices_of(doc)
-    housekeeping = cpulist.parse(doc["placement"]["housekeeping_cpus"])
-    node_cpus = {n["id"]: cpulist.parse(n["cpus"]) for n in doc["numa_nodes"]}
-    overlapping = [i for i in hgx.irqs if cpulist.parse(i.affinity) & slices]
+    housekeeping = cpus.parse_list(doc["placement"]["housekeeping_cpus"])
+    node_cpus = {n["id"]: cpus.parse_list(n["cpus"]) for n in doc["numa_nodes"]}
+    overlapping = [i for i in hgx.irqs if cpus.parse_list(i.affinity) & slices]
     assert len(overlapping) > 100  # the layout really puts mlx5 vectors and nvme queues there
     before = placed_state(root)
 
@@ -75,12 +75,12 @@ def test_apply_moves_every_interrupt_off_the_slices_and_rollback_restores(
     # The published manifest was current: no rediscovery notice among the write events.
     assert [line for line in err.splitlines() if line.startswith("mcpnode:")] == []
     for irq in hgx.irqs:
-        now = cpulist.parse(hgx.affinity(irq.number))
+        now = cpus.parse_list(hgx.affinity(irq.number))
         assert now and not now & slices, (irq, now)
         want = housekeeping & node_cpus.get(irq.node, frozenset()) or housekeeping
         assert now <= want, (irq, now)
     env = (root / "etc/default/irqbalance").read_text()
-    assert cpulist.parse(banned_of(env) or "") == slices
+    assert cpus.parse_list(banned_of(env) or "") == slices
     assert "restart irqbalance" in out
 
     code, out, err = run_cli("verify", "--profile", PROFILE, "--root", str(root))
@@ -299,7 +299,7 @@ def test_managed_interrupts_are_recorded_not_failed(hgx: irqroot.IrqRoot) -> Non
     slices = slices_of(manifest(root))
     for irq in hgx.irqs:
         if not irq.managed:
-            assert not cpulist.parse(hgx.affinity(irq.number)) & slices
+            assert not cpus.parse_list(hgx.affinity(irq.number)) & slices
 
     code, out, _ = run_cli("verify", "--profile", PROFILE, "--root", str(root), "--format", "json")
     assert code == 0, out
@@ -336,7 +336,7 @@ def test_rps_steers_every_nic_queue_to_its_nodes_housekeeping(hgx: irqroot.IrqRo
     for q in queues:
         dev = q.parent.parent.parent.name
         want = {0, 96} if nics[dev] == 0 else {48, 144}
-        assert cpulist.parse_mask(q.read_text()) == want, (dev, q.read_text())
+        assert cpus.parse_mask(q.read_text()) == want, (dev, q.read_text())
     assert run_cli("verify", "--profile", "steered", "--root", str(root))[0] == 0
     assert run_cli("rollback", "--root", str(root))[0] == 0
     assert {q: q.read_text() for q in queues} == before
@@ -349,11 +349,11 @@ def test_cpu_masks_round_trip() -> None:
         ({0, 96, 48, 144}, 6, "00000000,00010000,00000001,00000000,00010000,00000001"),
         (set(), 2, "00000000,00000000"),
     ):
-        assert cpulist.format_mask(ids, groups) == text
-        assert cpulist.parse_mask(text) == frozenset(ids)
+        assert cpus.format_mask(ids, groups) == text
+        assert cpus.parse_mask(text) == frozenset(ids)
     for bad in ("", "x", "0x1", "1,,2", "123456789"):
         with pytest.raises(ValueError):
-            cpulist.parse_mask(bad)
+            cpus.parse_mask(bad)
 
 
 def test_a_host_without_gpu_slices_keeps_its_interrupts(tmp_path: Path) -> None:

@@ -14,10 +14,11 @@ from typing import Any, NamedTuple
 import pytest
 
 from mcpnode.cli import jsonout, render_topo
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover, discover_host
 from mcpnode.topology.jsonify import jsonable, topology_json
-from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, PciAddress, Topology, replace
+from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, PciAddress, Topology
 from tests import fixturegen
 from tests.childrss import child_peak_rss_mib, peak_rss_mib
 

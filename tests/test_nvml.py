@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from mcpnode.codec.record import fields, replace
 from mcpnode.host import Host
 from mcpnode.snapshot import write_snapshot
 from mcpnode.topology.discover import discover, discover_host, merge_nvml
@@ -31,8 +32,6 @@ from mcpnode.topology.model import (
     PciAddress,
     PciDevice,
     PciLink,
-    fields,
-    replace,
 )
 from mcpnode.topology.nvml import (
     NVML_CODES,

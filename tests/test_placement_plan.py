@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mcpnode.codec.record import replace
 from mcpnode.errors import UsageError
 from mcpnode.host import Host
 from mcpnode.placement.plan import (
@@ -19,7 +20,7 @@ from mcpnode.placement.plan import (
 )
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.distance import RANK
-from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, Topology, replace
+from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, Topology
 from tests.nvsmi import parse_topo_matrix
 
 HERE = Path(__file__).resolve().parent

@@ -10,6 +10,7 @@ from functools import cache
 import pytest
 
 from mcpnode.audit.model import Finding, Status
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.placement.plan import plan_placement
 from mcpnode.probe.analysis import (
@@ -22,7 +23,7 @@ from mcpnode.probe.analysis import (
 )
 from mcpnode.probe.model import HostCase, PeerCase, ProbeRun, parse_run
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import Topology, replace
+from mcpnode.topology.model import Topology
 from tests.proberoot import HOSTS, RUNS
 
 HGX = "hgx-h100-8gpu-8nic"

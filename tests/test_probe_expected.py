@@ -7,10 +7,11 @@ from functools import cache
 
 import pytest
 
+from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.probe.expected import gpu_pcie, pair_nvlink, pair_pcie, pcie_rate
 from mcpnode.topology.discover import discover_host
-from mcpnode.topology.model import PciLink, Topology, replace
+from mcpnode.topology.model import PciLink, Topology
 from tests.proberoot import HOSTS
 
 

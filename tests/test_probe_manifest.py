@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from mcpnode.codec.record import replace
 from mcpnode.fleet.report import FleetReport
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import content_hash, parse_manifest
 from mcpnode.probe.model import HostCase, dumps, parse_run
 from mcpnode.probe.section import manifest_section
-from mcpnode.topology.model import replace
 from tests import proberoot
 from tests.jsonschema_mini import validate
 from tests.test_fleet_report import report_of, write_fleet

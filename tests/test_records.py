@@ -1,4 +1,4 @@
-"""`@record` classes (topology/model.py) behave as the dataclasses they stand in for: the same
+"""`@record` classes (codec/record.py) behave as the dataclasses they stand in for: the same
 equality, hashing, ordering, immutability, repr, `replace` and `fields`, with no field, one
 field and several, and defaults."""
 
@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mcpnode.codec.record import FrozenRecordError, fields, record, replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
-from mcpnode.topology.model import (
-    FrozenRecordError,
-    PciAddress,
-    Problem,
-    fields,
-    record,
-    replace,
-)
+from mcpnode.topology.model import PciAddress, Problem
 from tests import fixturegen
 
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from mcpnode.audit.expect import parse_table as parse_expect
 from mcpnode.audit.expectation import Expectation, ExpectError
 from mcpnode.audit.xid_policy import PolicyError, XidPolicy, parse_audit_table
+from mcpnode.codec import toml_bounded
 from mcpnode.errors import (
     HostError,
     McpnodeError,
@@ -33,7 +34,6 @@ from mcpnode.host import Host
 from mcpnode.placement.exporters.write import KINDS
 from mcpnode.placement.plan import HOUSEKEEPING_DEFAULT
 from mcpnode.topology.parse import ParseError, parse_cpulist
-from mcpnode.tuning import tomlsafe
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import PROFILE_NAME, Profile, load_profile
 
@@ -236,8 +236,8 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
     if len(text.encode("utf-8", "surrogateescape")) > MAX_CONFIG_BYTES:
         raise ConfigError(file, None, f"larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        doc = tomlsafe.loads(text)
-    except tomlsafe.TomlRejected as err:
+        doc = toml_bounded.loads(text)
+    except toml_bounded.TomlRejected as err:
         raise ConfigError(file, None, f"not valid TOML: {err}") from None
     r = _Reader(file, doc)
     for name in doc:

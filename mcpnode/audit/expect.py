@@ -22,11 +22,11 @@ from typing import Any
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.expectation import Expectation, ExpectError
 from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.codec import toml_bounded
+from mcpnode.codec.toml_bounded import TomlRejected
 from mcpnode.errors import HostError, PathNotFound, SymlinkLoop, TooLarge, Untrusted
 from mcpnode.host import HostReader
 from mcpnode.topology.model import Gpu, Topology
-from mcpnode.tuning import tomlsafe
-from mcpnode.tuning.tomlsafe import TomlRejected
 
 CONFIG_PATH = "/etc/mcpnode/mcpnode.toml"
 MAX_EXPECT_BYTES = 1 << 20
@@ -89,7 +89,7 @@ def parse_expect_file(text: str, file: str) -> Expectation:
     if len(text.encode("utf-8", "surrogateescape")) > MAX_EXPECT_BYTES:
         raise ExpectError(file, None, f"larger than {MAX_EXPECT_BYTES} bytes")
     try:
-        doc = tomlsafe.loads(text)
+        doc = toml_bounded.loads(text)
     except TomlRejected as err:
         raise ExpectError(file, None, f"not valid TOML: {err}") from None
     if "expect" not in doc:
@@ -209,7 +209,7 @@ def collect(host: HostReader, ctx: AuditContext) -> ExpectFacts:
     except ExpectError as err:
         return ExpectFacts(None, CONFIG_PATH, str(err))
     try:
-        doc = tomlsafe.loads(text)
+        doc = toml_bounded.loads(text)
     except TomlRejected as err:
         return ExpectFacts(None, CONFIG_PATH, f"{CONFIG_PATH}: not valid TOML: {err}")
     if "expect" not in doc:

@@ -1,6 +1,7 @@
-"""Reading helpers for collectors: every read outcome is a fact (text, absent, or denied with
-the reason), so a collector never raises for a missing or unreadable file and a check can say
-SKIP ("needs root") instead of FAIL. Evidence helpers build the `Evidence` rows checks attach.
+"""Reading helpers for collectors: every read outcome is a fact (a Reading: text, absent, or
+unreadable with the reason), so a collector never raises for a missing or unreadable file and
+a check can say SKIP ("needs root") instead of FAIL. Evidence helpers build the `Evidence` rows
+checks attach.
 """
 
 from __future__ import annotations
@@ -8,27 +9,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.errors import AccessDenied, HostError
 from mcpnode.host import CommandResult, HostReader
 
 
 @dataclass(frozen=True)
 class FileRead:
-    """One file as a collector read it. Exactly one of: `text` (read), `missing` (ENOENT,
-    ENODEV, EINVAL), `denied` (EACCES/EPERM), or `error` (anything else, with the detail)."""
+    """One file as a collector read it: its logical path (`/etc/docker/daemon.json`) and the
+    Reading (codec/reading.py): the text, Absent (ENOENT, ENODEV, EINVAL), or Unreadable
+    (`denied` for EACCES/EPERM; the reason is the HostError's detail)."""
 
-    path: str  # logical path (`/etc/docker/daemon.json`)
-    text: str | None
-    denied: bool = False
-    error: str | None = None  # the HostError's detail for denied or other failures
+    path: str
+    reading: Reading
+
+    @property
+    def text(self) -> str | None:
+        return self.reading if isinstance(self.reading, str) else None
+
+    @property
+    def denied(self) -> bool:
+        return isinstance(self.reading, Unreadable) and self.reading.denied
+
+    @property
+    def error(self) -> str | None:
+        """The detail of a failed read (denied or other), None when it was read or absent."""
+        return self.reading.reason if isinstance(self.reading, Unreadable) else None
 
     @property
     def missing(self) -> bool:
-        return self.text is None and not self.denied and self.error is None
+        return isinstance(self.reading, Absent)
 
     @property
     def ok(self) -> bool:
-        return self.text is not None
+        return isinstance(self.reading, str)
 
 
 def read_file(host: HostReader, path: str, limit: int | None = None) -> FileRead:
@@ -37,10 +51,10 @@ def read_file(host: HostReader, path: str, limit: int | None = None) -> FileRead
     try:
         text = host.read_optional(path, limit)
     except AccessDenied as err:
-        return FileRead(path, None, denied=True, error=err.detail)
+        return FileRead(path, Unreadable(err.detail, denied=True))
     except HostError as err:
-        return FileRead(path, None, error=err.detail)
-    return FileRead(path, text)
+        return FileRead(path, Unreadable(err.detail, denied=False))
+    return FileRead(path, Absent(f"no {path}") if text is None else text)
 
 
 def list_dir(host: HostReader, path: str) -> tuple[str, ...] | None:

@@ -49,11 +49,12 @@ from mcpnode.audit.xid_policy import (
     decide,
     parse_audit_table,
 )
+from mcpnode.codec import toml_bounded
+from mcpnode.codec.reading import Absent, Unreadable
+from mcpnode.codec.toml_bounded import TomlRejected
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import CommandResult, HostReader
 from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress
-from mcpnode.tuning import tomlsafe
-from mcpnode.tuning.tomlsafe import TomlRejected
 
 # The journal's kernel messages of this boot, oldest first; -n bounds what it prints.
 JOURNAL_ARGV = (
@@ -110,7 +111,7 @@ def read_policy(host: HostReader) -> tuple[XidPolicy, str | None]:
     if read.text is None:
         return DEFAULT, None if read.missing else f"{CONFIG_PATH}: {read.error}"
     try:
-        doc = tomlsafe.loads(read.text)
+        doc = toml_bounded.loads(read.text)
     except TomlRejected as err:
         return DEFAULT, f"{CONFIG_PATH}: not valid TOML: {err}"
     if "audit" not in doc:
@@ -129,7 +130,7 @@ def read_log(host: HostReader) -> KernelLog:
     except (PathNotFound, AccessDenied, HostError) as err:
         denied = isinstance(err, AccessDenied)
         missing = isinstance(err, PathNotFound)
-        read = FileRead(kmsg, None, denied=denied, error=None if missing else err.detail)
+        read = FileRead(kmsg, Absent(f"no {kmsg}") if missing else Unreadable(err.detail, denied))
     else:
         records = tuple(r for r in map(parse_kmsg_record, got.records) if r is not None)
         return KernelLog(kmsg, records, FileRead(kmsg, ""), got.truncated, got.overwritten)

@@ -24,7 +24,7 @@ configuration (the area then SKIPs and says so); nor /etc/kubernetes/kubelet.con
 kubeadm nodes is the kubelet's kubeconfig: it holds no policy and may embed a client key
 (client-key-data) that must not end up in evidence or a snapshot.
 
-Reads are capped (Host.read_optional with a limit) and YAML goes through audit/yaml_bounded.py: an
+Reads are capped (Host.read_optional with a limit) and YAML goes through codec/yaml_bounded.py: an
 oversized file, a YAML bomb or deep nesting is a FAIL naming the file, never a traceback.
 
 mcpnode's housekeeping CPUs: the caller's placement plan when it passes one (AuditContext:
@@ -43,7 +43,7 @@ from typing import Any
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import clip
 from mcpnode.audit.model import Evidence, Finding, Status
-from mcpnode.audit.yaml_bounded import YamlRejected, load_bounded
+from mcpnode.codec.yaml_bounded import YamlRejected, load_bounded
 from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import HostReader
 from mcpnode.published import MANIFEST_PATH, read_manifest

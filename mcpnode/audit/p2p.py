@@ -20,6 +20,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, read_file, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.audit.pcicfg import Acs, ConfigTooShort, acs_names, find_acs
+from mcpnode.codec.reading import Absent, Unreadable
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import HostReader
 from mcpnode.topology.distance import classify
@@ -133,16 +134,16 @@ def read_bridge(host: HostReader, address: PciAddress) -> BridgeAcs:
     try:
         data = host.read_bytes(path)
     except PathNotFound:
-        return BridgeAcs(address, None, FileRead(path, None))
+        return BridgeAcs(address, None, FileRead(path, Absent(f"no {path}")))
     except AccessDenied as err:
-        return BridgeAcs(address, None, FileRead(path, None, denied=True, error=err.detail))
+        return BridgeAcs(address, None, FileRead(path, Unreadable(err.detail, denied=True)))
     except HostError as err:
-        return BridgeAcs(address, None, FileRead(path, None, error=err.detail))
+        return BridgeAcs(address, None, FileRead(path, Unreadable(err.detail, denied=False)))
     read = FileRead(path, f"{len(data)} bytes")
     try:
         return BridgeAcs(address, find_acs(data), read)
     except ConfigTooShort as err:
-        denied = FileRead(path, None, denied=True, error=str(err))
+        denied = FileRead(path, Unreadable(str(err), denied=True))
         return BridgeAcs(address, None, denied, short=True)
 
 

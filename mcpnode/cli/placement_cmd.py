@@ -58,7 +58,7 @@ def _memory_text(memory: Any) -> str:
 
 
 def _text(rows: Any, problems: Any, unreadable: int) -> str:
-    from mcpnode.printable import printable
+    from mcpnode.codec.printable import printable
 
     head = f"{'PID':>8} {'GPU':>3} {'SRC':4} {'COMM':16} {'CPUS':14} {'MEMORY':22} VERDICT"
     lines = [head]

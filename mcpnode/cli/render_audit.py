@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpnode.audit.model import AUDIT_SCHEMA, AuditReport, Finding, Status
-from mcpnode.printable import printable
+from mcpnode.codec.printable import printable
 
 STATUS_ORDER = (Status.PASS, Status.FAIL, Status.WARN, Status.SKIP, Status.INFO)
 _COLOURS = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shlex
 
+from mcpnode.codec.printable import printable
 from mcpnode.placement.apply import ExecPlan, PinResult, Target
 from mcpnode.placement.memory import MemoryMove
-from mcpnode.printable import printable
 
 
 def target_text(target: Target, *, memory_applied: bool = True) -> str:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mcpnode.printable import printable
+from mcpnode.codec.printable import printable
 from mcpnode.topology.jsonify import jsonable
 from mcpnode.topology.model import Gpu, NvmlGpu, Problem, Topology
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from mcpnode.audit.p2p import P2pFacts, readiness
 from mcpnode.audit.pcicfg import acs_names
-from mcpnode.printable import printable
+from mcpnode.codec.printable import printable
 from mcpnode.topology.model import Topology
 
 SCHEMA = "mcpnode.p2p/v1"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcpnode.codec.printable import printable
 from mcpnode.placement.manifest import dumps
-from mcpnode.printable import printable
 
 
 def _p(value: object, unknown: str = "unknown") -> str:
-    """A manifest value for the terminal: control characters escaped (mcpnode/printable.py),
+    """A manifest value for the terminal: control characters escaped (mcpnode/codec/printable.py),
     `unknown` for null."""
     return unknown if value is None or value == "" else printable(str(value))
 

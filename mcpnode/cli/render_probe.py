@@ -9,7 +9,7 @@ from typing import Any
 
 from mcpnode.audit.model import Status
 from mcpnode.cli.render_audit import finding_json
-from mcpnode.printable import printable
+from mcpnode.codec.printable import printable
 from mcpnode.probe.analysis import Figure, GpuFigures, PeerFigures, ProbeReport
 from mcpnode.probe.expected import PcieExpectation
 from mcpnode.probe.model import run_json

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from mcpnode.cli import jsonout
-from mcpnode.printable import printable
+from mcpnode.codec.printable import printable
 from mcpnode.topology.discover import effective_local_cpus
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from mcpnode.printable import printable as _p
+from mcpnode.codec.printable import printable as _p
 from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.apply import ApplyResult, RollbackResult
 from mcpnode.tuning.explain import Explanation

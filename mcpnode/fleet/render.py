@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mcpnode.codec.printable import printable
 from mcpnode.fleet.report import FleetReport, Outlier, PropertyReport
-from mcpnode.printable import printable
 
 SCHEMA = "mcpnode.fleet-report/v1"
 NOT_REPORTED = "not reported"

@@ -17,7 +17,7 @@ import re
 import stat
 from typing import NamedTuple
 
-from mcpnode.bounded import BoundError, parse_decimal
+from mcpnode.codec.bounded import BoundError, parse_decimal
 from mcpnode.errors import HostError, ReadError
 from mcpnode.host.backend import OS, Backend
 from mcpnode.host.process import HostProcesses

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, NoReturn
 
+from mcpnode.codec.cpus import format_list
 from mcpnode.errors import (
     CommandNotFound,
     McpnodeError,
@@ -58,17 +59,6 @@ _TID = re.compile(r"[0-9]{1,7}")
 # include/uapi/linux/mempolicy.h: fail if pages already there break the policy; move them.
 _MPOL_MF_STRICT = 1 << 0
 _MPOL_MF_MOVE = 1 << 1
-
-
-def _cpulist(ids: frozenset[int]) -> str:
-    """`0-3,8` for messages (the model's CpuSet.cpulist(), which Host cannot import)."""
-    runs: list[tuple[int, int]] = []
-    for i in sorted(ids):
-        if runs and runs[-1][1] == i - 1:
-            runs[-1] = (runs[-1][0], i)
-        else:
-            runs.append((i, i))
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 class HostProcesses(HostCommands):
@@ -140,13 +130,13 @@ class HostProcesses(HostCommands):
         except OSError as err:
             if err.errno == errno_mod.EINVAL:
                 raise PlacementUnavailable(
-                    f"thread {tid}: none of CPUs {_cpulist(wanted)} is online and allowed here"
+                    f"thread {tid}: none of CPUs {format_list(wanted)} is online and allowed here"
                 ) from err
             raise _translate_task(err, tid) from err
         if applied != wanted:
             raise PlacementUnavailable(
-                f"thread {tid}: asked for CPUs {_cpulist(wanted)}, the kernel applied "
-                f"{_cpulist(applied)} (the others are offline, absent or outside the cpuset)"
+                f"thread {tid}: asked for CPUs {format_list(wanted)}, the kernel applied "
+                f"{format_list(applied)} (the others are offline, absent or outside the cpuset)"
             )
         return applied
 
@@ -189,7 +179,7 @@ class HostProcesses(HostCommands):
         if rc != 0:
             raise _numa_error(
                 "set_mempolicy",
-                f"set_mempolicy {mode} {_cpulist(frozenset(node_set))}: the kernel refused "
+                f"set_mempolicy {mode} {format_list(frozenset(node_set))}: the kernel refused "
                 "the nodes (not online here, or outside this cpuset's memory nodes)",
             )
 
@@ -381,7 +371,7 @@ class HostProcesses(HostCommands):
                 raise ProcessGone(f"pid:{pid}", code, "no such process")
             if code == errno_mod.EINVAL:
                 raise PlacementUnavailable(
-                    f"migrate_pages {_cpulist(frozenset(old))} -> {_cpulist(frozenset(new))}: "
+                    f"migrate_pages {format_list(old)} -> {format_list(new)}: "
                     "the kernel refused the nodes (not online, or outside the process's cpuset)"
                 )
             if code == errno_mod.ENOSYS:

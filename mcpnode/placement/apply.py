@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, NoReturn
 
+from mcpnode.codec.record import record, replace
 from mcpnode.errors import (
     CommandNotFound,
     McpnodeError,
@@ -32,7 +33,7 @@ from mcpnode.host import Host
 from mcpnode.placement.plan import GpuPlacement, Placement, select_gpus
 from mcpnode.published import env_problem
 from mcpnode.topology import sysfs
-from mcpnode.topology.model import CpuSet, record, replace
+from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
 Scope = Literal["slice", "node"]

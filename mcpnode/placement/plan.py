@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from mcpnode.codec.record import record, replace
 from mcpnode.errors import UsageError
 from mcpnode.topology.model import (
     CpuSet,
@@ -50,8 +51,6 @@ from mcpnode.topology.model import (
     PciDevice,
     Topology,
     natural_key,
-    record,
-    replace,
 )
 from mcpnode.topology.parse import ParseError, parse_cpulist
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from mcpnode.codec.record import record
 from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.placement.plan import (
@@ -40,7 +41,7 @@ from mcpnode.placement.plan import (
 )
 from mcpnode.published import read_manifest
 from mcpnode.topology import sysfs
-from mcpnode.topology.model import CpuSet, record
+from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_pci_address
 
 if TYPE_CHECKING:

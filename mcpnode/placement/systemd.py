@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 
+from mcpnode.codec.printable import printable
 from mcpnode.errors import UsageError
 from mcpnode.host import Host
 from mcpnode.placement.apply import Target
-from mcpnode.printable import printable
 from mcpnode.published import env_problem
 
 DROPIN_NAME = "50-mcpnode-placement.conf"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from mcpnode.codec.record import replace
 from mcpnode.host import HostReader
 from mcpnode.topology import sysfs
 from mcpnode.topology.model import (
@@ -36,7 +37,6 @@ from mcpnode.topology.model import (
     PciDevice,
     ProcessCpus,
     Topology,
-    replace,
 )
 from mcpnode.topology.nvml import GpuBackend, open_backend
 from mcpnode.topology.nvml_facts import collect

@@ -6,16 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mcpnode.topology.model import (
-    SCHEMA_VERSION,
-    CpuSet,
-    NumaNode,
-    NvmlGpu,
-    PciAddress,
-    Topology,
-    fields,
-    is_record,
-)
+from mcpnode.codec.record import fields, is_record
+from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, NumaNode, NvmlGpu, PciAddress, Topology
 
 # Ids printed the way lspci and sysfs print them.
 _HEX4 = frozenset(

@@ -7,9 +7,10 @@ sysfs, *not* clipped to this process's cpuset (nvidia-smi clips them; see Proces
 
 from __future__ import annotations
 
+from mcpnode.codec.record import record
 from mcpnode.topology.discover import effective_local_cpus, nodes_of_cpus
 from mcpnode.topology.distance import classify
-from mcpnode.topology.model import PciAddress, PciDevice, Topology, record
+from mcpnode.topology.model import PciAddress, PciDevice, Topology
 
 
 @record(frozen=True)

@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mcpnode.codec.record import record
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import HostReader
-from mcpnode.topology.model import record
 
 # Where a snapshot keeps what cannot be a file (written by mcpnode/snapshot.py).
 SNAPSHOT_META = "/mcpnode-snapshot.json"

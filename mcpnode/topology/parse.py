@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from mcpnode.bounded import MAX_CPU, MAX_CPULIST_BYTES, BoundError, cpulist_ids, parse_decimal
+from mcpnode.codec import cpus
+from mcpnode.codec.bounded import BoundError, parse_decimal
 from mcpnode.errors import McpnodeError
 from mcpnode.topology.model import CpuSet, PciAddress
 
@@ -36,41 +37,24 @@ def parse_hex(text: str) -> int:
     return int(t, 16)
 
 
-def parse_cpulist(text: str, limit: int = MAX_CPU) -> CpuSet:
-    """Kernel list format: `0-3,8,10-11`; an empty file is the empty set.
-
-    Also accepts the group form `0-15:2/4` (first 2 of every 4; bitmap_parselist in lib/bitmap.c,
-    documented in Documentation/admin-guide/kernel-parameters.rst). The `N` shorthand for the
-    last id is not accepted: it is valid only as kernel *input*. Bounded (mcpnode/bounded.py):
-    no CPU at or above `limit`, at most 64 KiB, linear in its length.
-    """
+def parse_cpulist(text: str, limit: int = cpus.MAX_CPU) -> CpuSet:
+    """Kernel list format: `0-3,8,10-11`, and the group form `0-15:2/4`; an empty file is the
+    empty set (codec/cpus.py's parse_list: no CPU at or above `limit`, bounded, linear)."""
     try:
-        return CpuSet(cpulist_ids(text, limit=limit))
+        return CpuSet(cpus.parse_list(text, limit=limit))
     except BoundError as err:
         raise ParseError(str(err)) from None
 
 
-def parse_cpumask(text: str, limit: int = MAX_CPU) -> CpuSet:
+def parse_cpumask(text: str, limit: int = cpus.MAX_CPU) -> CpuSet:
     """Kernel hex mask: comma-separated 32-bit words, most significant first
-    (`00000000,0000ffff` = CPUs 0-15), as in `local_cpus`, `cpumap`, `Cpus_allowed`. Bounded as
-    parse_cpulist: at most 64 KiB, no CPU at or above `limit`, one pass over the digits."""
-    if len(text) > MAX_CPULIST_BYTES:
-        raise ParseError(f"cpu mask of {len(text)} bytes (at most {MAX_CPULIST_BYTES})")
-    t = text.strip().replace(",", "")
-    if not t or not re.fullmatch(r"[0-9a-fA-F]+", t):
-        raise ParseError(f"not a hex cpu mask: {_clip(text)!r}")
-    out = set()
-    for pos, digit in enumerate(reversed(t)):
-        nibble = int(digit, 16)
-        for bit in range(4):
-            if nibble >> bit & 1:
-                cpu = pos * 4 + bit
-                if cpu >= limit:
-                    raise ParseError(
-                        f"cpu {cpu} in the mask is past the last possible cpu {limit - 1}"
-                    )
-                out.add(cpu)
-    return CpuSet(out)
+    (`00000000,0000ffff` = CPUs 0-15), as in `local_cpus`, `cpumap`, `Cpus_allowed`
+    (codec/cpus.py's parse_mask: no CPU at or above `limit`, bounded); the commas are only
+    separators, so words of any width are read too."""
+    try:
+        return CpuSet(cpus.parse_mask(text, limit=limit, any_width=True))
+    except BoundError as err:
+        raise ParseError(str(err)) from None
 
 
 def parse_numa_node(text: str) -> int | None:

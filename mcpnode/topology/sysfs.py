@@ -14,7 +14,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mcpnode.bounded import MAX_CPU
+from mcpnode.codec.cpus import MAX_CPU
+from mcpnode.codec.record import record
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
 from mcpnode.topology import parse
@@ -28,7 +29,6 @@ from mcpnode.topology.model import (
     PciLink,
     Problem,
     ProcessCpus,
-    record,
 )
 
 T = TypeVar("T")
@@ -64,11 +64,12 @@ class Problems:
         self.items.append(Problem(code, source, detail))
 
 
-def read_value(
+def read_parsed(
     host: HostReader, path: str, parser: Callable[[str], T], problems: Problems
 ) -> T | None:
-    """Read and parse one file. Absent -> None silently; unreadable or garbage -> None and a
-    Problem naming the file."""
+    """Read and parse one file: the parsed value, or None. Absent -> None silently; unreadable
+    or garbage -> None and a Problem naming the file. (Tuning's read_value keeps the outcome
+    itself, a Reading; discovery records it as a Problem instead.)"""
     try:
         text = host.read_optional(path)
     except HostError as err:
@@ -95,8 +96,8 @@ def _strip(text: str) -> str:
 
 def read_identity(host: HostReader, problems: Problems) -> HostIdentity:
     return HostIdentity(
-        hostname=read_value(host, PROC_HOSTNAME, _strip, problems) or None,
-        kernel_release=read_value(host, PROC_OSRELEASE, _strip, problems) or None,
+        hostname=read_parsed(host, PROC_HOSTNAME, _strip, problems) or None,
+        kernel_release=read_parsed(host, PROC_OSRELEASE, _strip, problems) or None,
     )
 
 
@@ -112,10 +113,10 @@ def read_cpus(host: HostReader, problems: Problems) -> CpuTopology:
                 listed.add(int(m.group(1)))
     except HostError as err:
         problems.add("cpu.unreadable", SYS_CPU, f"{type(err).__name__}: {err.detail}")
-    possible = read_value(host, f"{SYS_CPU}/possible", parse.parse_cpulist, problems)
+    possible = read_parsed(host, f"{SYS_CPU}/possible", parse.parse_cpulist, problems)
     cpulist = functools.partial(parse.parse_cpulist, limit=cpu_limit(possible))
-    present = read_value(host, f"{SYS_CPU}/present", cpulist, problems)
-    online = read_value(host, f"{SYS_CPU}/online", cpulist, problems)
+    present = read_parsed(host, f"{SYS_CPU}/present", cpulist, problems)
+    online = read_parsed(host, f"{SYS_CPU}/online", cpulist, problems)
     if present is None:
         present = CpuSet(listed)
         if listed:
@@ -128,16 +129,16 @@ def read_cpus(host: HostReader, problems: Problems) -> CpuTopology:
     cpus = []
     for cpu_id in sorted(present):
         base = f"{SYS_CPU}/cpu{cpu_id}/topology"
-        siblings = read_value(host, f"{base}/thread_siblings_list", cpulist, problems)
+        siblings = read_parsed(host, f"{base}/thread_siblings_list", cpulist, problems)
         cpus.append(
             Cpu(
                 id=cpu_id,
                 online=cpu_id in online,
-                core_id=read_value(host, f"{base}/core_id", parse.parse_int, problems),
-                package_id=read_value(
+                core_id=read_parsed(host, f"{base}/core_id", parse.parse_int, problems),
+                package_id=read_parsed(
                     host, f"{base}/physical_package_id", parse.parse_int, problems
                 ),
-                die_id=read_value(host, f"{base}/die_id", parse.parse_int, problems),
+                die_id=read_parsed(host, f"{base}/die_id", parse.parse_int, problems),
                 node=None,  # filled by discover from the node cpulists
                 # Offline CPUs lose their topology/ dir on many kernels: a CPU is its own sibling.
                 siblings=siblings if siblings else CpuSet({cpu_id}),
@@ -168,7 +169,7 @@ class RawNodes:
 def cpu_limit(possible: CpuSet | None) -> int:
     """One past the highest CPU any other cpulist or mask may name: the kernel sizes every
     cpumask to nr_cpu_ids, which is `possible`'s last id + 1 (kernel/cpu.c, Linux 2.6.26+); a
-    root without `possible` gets the documented cap, bounded.MAX_CPU."""
+    root without `possible` gets the documented cap, codec.cpus.MAX_CPU."""
     return max(possible) + 1 if possible else MAX_CPU
 
 
@@ -192,27 +193,27 @@ def read_nodes(host: HostReader, problems: Problems, cpus_limit: int = MAX_CPU) 
     nodes = []
     for node_id in sorted(ids):
         base = f"{SYS_NODE}/node{node_id}"
-        cpus = read_value(host, f"{base}/cpulist", cpulist, problems)
+        cpus = read_parsed(host, f"{base}/cpulist", cpulist, problems)
         if cpus is None:
-            cpus = read_value(host, f"{base}/cpumap", cpumask, problems)
+            cpus = read_parsed(host, f"{base}/cpumap", cpumask, problems)
         nodes.append(
             RawNode(
                 id=node_id,
                 cpus=cpus,
-                memory_kib=read_value(
+                memory_kib=read_parsed(
                     host, f"{base}/meminfo", parse.parse_node_meminfo_total_kib, problems
                 ),
-                distance_row=read_value(host, f"{base}/distance", parse.parse_distances, problems),
+                distance_row=read_parsed(host, f"{base}/distance", parse.parse_distances, problems),
             )
         )
     # `has_memory` is N_MEMORY (Linux 3.8+). Without it discover uses each node's MemTotal, not
     # `has_normal_memory`: that one leaves out nodes whose memory is all ZONE_MOVABLE or HIGHMEM
     # (hotplugged, CXL), and in 48amd64-4pa2n6c-sparse it still says 0-7 for nodes 0-2,33,...,73.
-    has_memory = read_value(host, f"{SYS_NODE}/has_memory", nodelist, problems)
+    has_memory = read_parsed(host, f"{SYS_NODE}/has_memory", nodelist, problems)
     return RawNodes(
         nodes=tuple(nodes),
-        online=read_value(host, f"{SYS_NODE}/online", nodelist, problems),
-        has_cpu=read_value(host, f"{SYS_NODE}/has_cpu", nodelist, problems),
+        online=read_parsed(host, f"{SYS_NODE}/online", nodelist, problems),
+        has_cpu=read_parsed(host, f"{SYS_NODE}/has_cpu", nodelist, problems),
         has_memory=has_memory,
     )
 
@@ -224,10 +225,10 @@ def read_process_cpus(host: HostReader, problems: Problems) -> ProcessCpus:
     """Cpus_allowed_list / Mems_allowed_list of the reading process; for dumps without
     /proc/self/status, the cgroup cpuset (v2 `cpuset.cpus.effective`, v1 `cpuset.cpus`) found
     through /proc/self/cgroup (or the older /proc/self/cpuset) and the mount table. The CPUs are
-    bounded by bounded.MAX_CPU, not by `possible`: a cpuset may name CPUs this root lacks, and
+    bounded by codec.cpus.MAX_CPU, not by `possible`: a cpuset may name CPUs this root lacks, and
     discover clips it to the online ones."""
     status_path = f"{PROC_SELF}/status"
-    status = read_value(host, status_path, _strip, problems)
+    status = read_parsed(host, status_path, _strip, problems)
     if status:
         cpus_text = parse.parse_status_field(status, "Cpus_allowed_list")
         mems_text = parse.parse_status_field(status, "Mems_allowed_list")
@@ -243,16 +244,16 @@ def read_process_cpus(host: HostReader, problems: Problems) -> ProcessCpus:
 
 
 def _process_cpus_from_cgroup(host: HostReader, problems: Problems) -> ProcessCpus:
-    cg_text = read_value(host, f"{PROC_SELF}/cgroup", _strip, problems)
+    cg_text = read_parsed(host, f"{PROC_SELF}/cgroup", _strip, problems)
     v2_path = parse.parse_cgroup_v2_path(cg_text) if cg_text else None
     v1_path = parse.parse_cgroup_v1_cpuset_path(cg_text) if cg_text else None
     if v2_path is None and v1_path is None:
         # Before /proc/self/cgroup existed in dumps, hwloc read /proc/self/cpuset (a path).
-        v2_path = read_value(host, f"{PROC_SELF}/cpuset", _strip, problems) or None
-    mounts_text = read_value(host, f"{PROC_SELF}/mountinfo", lambda t: t, problems)
+        v2_path = read_parsed(host, f"{PROC_SELF}/cpuset", _strip, problems) or None
+    mounts_text = read_parsed(host, f"{PROC_SELF}/mountinfo", lambda t: t, problems)
     mounts = parse.parse_mountinfo(mounts_text) if mounts_text else []
     if not mounts:
-        plain = read_value(host, "/proc/mounts", lambda t: t, problems)
+        plain = read_parsed(host, "/proc/mounts", lambda t: t, problems)
         mounts = parse.parse_mounts(plain) if plain else []
     # (mount point, cgroup path, cpus file, mems file). The mems name is spelled out: deriving it
     # by replacing "cpus" also rewrote the "cpuset." prefix (`memset.mems.effective`).
@@ -273,10 +274,10 @@ def _process_cpus_from_cgroup(host: HostReader, problems: Problems) -> ProcessCp
     nodelist = functools.partial(parse.parse_cpulist, limit=MAX_NUMNODES)
     for mnt, cg, cpus_file, mems_file in candidates:
         base = mnt.rstrip("/") + ("/" + cg.strip("/") if cg.strip("/") else "")
-        cpus = read_value(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
+        cpus = read_parsed(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
         if cpus is None:
             continue
-        mems = read_value(host, f"{base}/{mems_file}", nodelist, problems)
+        mems = read_parsed(host, f"{base}/{mems_file}", nodelist, problems)
         return ProcessCpus(cpus=cpus, mems=mems, source=f"{base}/{cpus_file}")
     return ProcessCpus(cpus=None, mems=None, source=None)
 
@@ -414,7 +415,7 @@ class _Values:
         parser: Callable[[str], T],
     ) -> T | None:
         """`directory/name` as `parser` reads it: None when absent, unreadable (a read.error
-        Problem) or garbage (a read.garbage Problem), as read_value."""
+        Problem) or garbage (a read.garbage Problem), as read_parsed."""
         text = attrs.get(name)
         if text is None:
             return None
@@ -430,7 +431,7 @@ class _Values:
             return None
         refused = self._refused[parser].get(text)
         if refused is None:
-            # hwloc-gather-topology dumps end some values with a NUL: see read_value.
+            # hwloc-gather-topology dumps end some values with a NUL: see read_parsed.
             try:
                 value = parser(text.split("\x00", 1)[0])
             except parse.ParseError as err:
@@ -494,7 +495,7 @@ class _Values:
             refused = self._refused[parser].get(text)
             if refused is None:
                 try:
-                    value = parser(text.split("\x00", 1)[0])  # NUL: see read_value
+                    value = parser(text.split("\x00", 1)[0])  # NUL: see read_parsed
                 except parse.ParseError as err:
                     refused = self._refused[parser][text] = str(err)
                 else:
@@ -809,7 +810,7 @@ def _read_pci_function(
         dev.rdma = _list(host, f"{path}/infiniband", problems)
     if "nvme" in subdirs:
         for ctrl in _list(host, f"{path}/nvme", problems):
-            model = read_value(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
+            model = read_parsed(host, f"{path}/nvme/{ctrl}/model", _strip, problems)
             dev.nvme.append((ctrl, model or None))
     return dev, kids
 
@@ -839,7 +840,7 @@ def _list(host: HostReader, path: str, problems: Problems) -> list[str]:
 def _text(
     directory: str, name: str, attrs: dict[str, str | HostError], problems: Problems
 ) -> str | None:
-    """An attribute's text, stripped (read_value with _strip): unique per file (a MAC address),
+    """An attribute's text, stripped (read_parsed with _strip): unique per file (a MAC address),
     so not worth remembering."""
     text = attrs.get(name)
     if text is None:

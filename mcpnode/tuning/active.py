@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpnode.codec import toml_bounded
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
-from mcpnode.tuning import paths, tomlsafe
+from mcpnode.tuning import paths
 from mcpnode.tuning.agentstate import read_agent_state
 from mcpnode.tuning.errors import JournalError
 from mcpnode.tuning.journal import JournalStore
@@ -152,8 +153,8 @@ def _configured(host: Host, config_path: str) -> tuple[str | None, str]:
     except HostError as err:
         return None, f"{shown} cannot be used ({err.detail})"
     try:
-        doc = tomlsafe.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomlsafe.TomlRejected) as err:
+        doc = toml_bounded.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, toml_bounded.TomlRejected) as err:
         return None, f"{shown} is not valid TOML ({err})"
     tuning = doc.get("tuning", {})
     name = tuning.get("profile", CONFIG_DEFAULT_PROFILE) if isinstance(tuning, dict) else None

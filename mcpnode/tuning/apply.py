@@ -36,9 +36,10 @@ from typing import Any, NoReturn
 
 import structlog
 
+from mcpnode.codec.printable import printable
+from mcpnode.codec.reading import Absent, Reading
 from mcpnode.errors import HostError, NotRegularFile, SymlinkLoop
 from mcpnode.host import Host
-from mcpnode.printable import printable
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
 from mcpnode.tuning.journal import (
@@ -57,7 +58,7 @@ from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values,
 from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
 from mcpnode.tuning.privilege import denied_hint
 from mcpnode.tuning.profile import Profile
-from mcpnode.tuning.state import Absent, Reading, read_state, read_value, refuse_directory_keys
+from mcpnode.tuning.state import read_state, read_value, refuse_directory_keys
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH

@@ -31,10 +31,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mcpnode.codec.cpus import parse_list
+from mcpnode.codec.reading import Reading, Unreadable
 from mcpnode.errors import AccessDenied, HostError
 from mcpnode.host import Host
-from mcpnode.tuning import cpulist, paths
-from mcpnode.tuning.state import Reading, Unreadable, read_value
+from mcpnode.tuning import paths
+from mcpnode.tuning.state import read_value
 
 BANNED_VAR = "IRQBALANCE_BANNED_CPULIST"
 _OLD_BANNED_VAR = "IRQBALANCE_BANNED_CPUS"
@@ -90,7 +92,7 @@ def affinity_ok(current: str, allowed: frozenset[int]) -> bool | None:
     """Whether an interrupt allowed on `current` stays inside `allowed`: None when `current` is
     not a cpulist (never a match)."""
     try:
-        cpus = cpulist.parse(current)
+        cpus = parse_list(current, groups=False)
     except ValueError:
         return None
     return bool(cpus) and cpus <= allowed

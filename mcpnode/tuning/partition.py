@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mcpnode.tuning.cpulist import format_list
+from mcpnode.codec.cpus import format_list
 from mcpnode.tuning.paths import (
     BOOTLOADER_KEY,
     CONFINE_KEY,

@@ -19,9 +19,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.profile import Profile, Setting
-from mcpnode.tuning.state import Absent, HostState, Reading, Unreadable
+from mcpnode.tuning.state import HostState
 from mcpnode.tuning.values import (
     Choice,
     Exact,
@@ -196,7 +197,7 @@ _NO_SLICES = "no GPU slices on this host: nothing to keep off, left as it is"
 def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
     """One item per numbered interrupt: allowed on the housekeeping CPUs of its device's node
     (tuning/irq.py). An interrupt already inside them is left as it is (never widened)."""
-    from mcpnode.tuning.cpulist import format_list
+    from mcpnode.codec.cpus import format_list
     from mcpnode.tuning.irq import affinity_ok
 
     key, src = setting.key, setting.source
@@ -248,7 +249,7 @@ def _rps_items(setting: Setting, state: HostState) -> list[PlanItem]:
     """One item per NIC rx queue: packet steering onto the housekeeping CPUs of the NIC's node
     (tuning/irq.py), so protocol processing stays off the GPU slices whichever CPU the
     interrupt lands on. The mask is compared as a set of CPUs."""
-    from mcpnode.tuning.cpulist import format_list, format_mask, parse_mask
+    from mcpnode.codec.cpus import format_list, format_mask, parse_mask
 
     key, src = setting.key, setting.source
     if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
@@ -300,7 +301,7 @@ def _rps_items(setting: Setting, state: HostState) -> list[PlanItem]:
 
 def _irqbalance_item(setting: Setting, state: HostState) -> list[PlanItem]:
     """irqbalance's banned CPUs = the GPU slices, in its environment file (tuning/irq.py)."""
-    from mcpnode.tuning.cpulist import format_list
+    from mcpnode.codec.cpus import format_list
     from mcpnode.tuning.irq import banned_of
 
     key, src = setting.key, setting.source
@@ -335,7 +336,7 @@ def _irqbalance_item(setting: Setting, state: HostState) -> list[PlanItem]:
 def _confine_items(setting: Setting, state: HostState) -> list[PlanItem]:
     """One drop-in per confined unit, AllowedCPUs= the housekeeping CPUs (tuning/housekeeping.py).
     The item's current and desired are the files' whole texts ("" for absent)."""
-    from mcpnode.tuning.cpulist import format_list
+    from mcpnode.codec.cpus import format_list
     from mcpnode.tuning.housekeeping import dropin_text
 
     assert isinstance(setting.desired, Exact)
@@ -389,8 +390,8 @@ def _confine_items(setting: Setting, state: HostState) -> list[PlanItem]:
 def _boot_items(setting: Setting, state: HostState) -> list[PlanItem]:
     """One item: the boot configuration holds every wanted argument (tuning/bootloader.py).
     `ok` says whether the running kernel has them too, or that a reboot is required."""
+    from mcpnode.codec.cpus import format_list
     from mcpnode.tuning import bootloader as bl
-    from mcpnode.tuning.cpulist import format_list
 
     assert isinstance(setting.desired, Exact)
     src = setting.source
@@ -464,10 +465,10 @@ def _allowed_cpus_of(text: str) -> str | None:
 
 
 def _same_cpus(a: str, b: str) -> bool:
-    from mcpnode.tuning.cpulist import parse
+    from mcpnode.codec.cpus import parse_list
 
     try:
-        return parse(a) == parse(b)
+        return parse_list(a, groups=False) == parse_list(b, groups=False)
     except ValueError:
         return False
 

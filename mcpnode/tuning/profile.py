@@ -45,7 +45,7 @@ ProfileError naming file and key.
 
 Files are read as root's alone (Host.read_trusted): a profile owned by another user, writable by
 group or others, in such a directory, or a symbolic link is refused, so a file planted in a
-loose /etc/mcpnode/profiles cannot shadow a shipped profile. TOML goes through tuning/tomlsafe.py
+loose /etc/mcpnode/profiles cannot shadow a shipped profile. TOML goes through codec/toml_bounded.py
 (bounded nesting and dotted keys). Includes are resolved once each: a profile reached by several
 paths (a diamond) is merged where it is first reached, so resolution costs one parse per file
 and one visit per include edge, however the includes fan out.
@@ -62,9 +62,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from mcpnode.codec import toml_bounded
 from mcpnode.errors import HostError, RootError
 from mcpnode.host import Host
-from mcpnode.tuning import bootloader, keytypes, paths, tomlsafe
+from mcpnode.tuning import bootloader, keytypes, paths
 from mcpnode.tuning.errors import ProfileError, ProfileNotFound
 from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
@@ -318,8 +319,8 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
 
     Raises ProfileError naming `file` and the offending key."""
     try:
-        doc = tomlsafe.loads(text)
-    except tomlsafe.TomlRejected as err:
+        doc = toml_bounded.loads(text)
+    except toml_bounded.TomlRejected as err:
         raise _err(file, None, f"not valid TOML: {err}") from None
     for name in doc:
         if name not in SECTIONS:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.tuning import paths
@@ -24,24 +25,6 @@ if TYPE_CHECKING:
     from mcpnode.tuning.bootloader import Boot
     from mcpnode.tuning.irq import IrqReading, RpsReading
     from mcpnode.tuning.partition import CpuPartition
-
-
-@dataclass(frozen=True)
-class Absent:
-    """The file does not exist: the key is not on this kernel (or the device is gone)."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """The file exists but could not be read. `denied` for EACCES/EPERM."""
-
-    reason: str
-    denied: bool
-
-
-Reading = str | Absent | Unreadable
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 `collect` reads everything through Host (files, directory listings, symlinks, the components'
 `--version` output, live or replayed from a snapshot's `commands`); `check` is pure. The facts
 are parsed by `version.py` and `config.py` beside this file (CDI's YAML with PyYAML's safe loader
-inside audit/yaml_bounded.py's bounds); the checks live in
+inside codec/yaml_bounded.py's bounds); the checks live in
 `toolkit.py`, `runtime.py` and `cdi.py`, one file per concern.
 
 Findings (ids stable):

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mcpnode.audit.yaml_bounded import YamlOverBounds, YamlRejected, load_bounded
-from mcpnode.tuning import tomlsafe
+from mcpnode.codec import toml_bounded
+from mcpnode.codec.yaml_bounded import YamlOverBounds, YamlRejected, load_bounded
 
 NVIDIA_RUNTIME = "nvidia"
 TOOLKIT_MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
@@ -46,11 +46,11 @@ class ConfigError(ValueError):
 
 
 def _toml(text: str) -> dict[str, Any]:
-    # tuning/tomlsafe.py: bounded nesting and dotted keys, no RecursionError or int-limit
+    # codec/toml_bounded.py: bounded nesting and dotted keys, no RecursionError or int-limit
     # ValueError escaping as a crash of the whole container area.
     try:
-        return tomlsafe.loads(text)
-    except tomlsafe.TomlRejected as err:
+        return toml_bounded.loads(text)
+    except toml_bounded.TomlRejected as err:
         raise ConfigError(f"not valid TOML: {err}") from err
 
 
@@ -295,7 +295,7 @@ def parse_cdi_spec(text: str, is_json: bool) -> CdiSpec:
     if is_json:
         doc = _json(text)
     else:
-        # PyYAML's safe loader inside audit/yaml_bounded.py's depth and alias bounds; the text
+        # PyYAML's safe loader inside codec/yaml_bounded.py's depth and alias bounds; the text
         # itself is capped by the read (container/__init__.py, MAX_CDI_BYTES). Its YAML 1.1
         # scalars are what the CDI registry's decoder (sigs.k8s.io/yaml over go-yaml) sees too:
         # an unquoted `name: 0` or `cdiVersion: 0.5` is a number there and fails below.
