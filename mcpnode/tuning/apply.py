@@ -57,7 +57,8 @@ from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values,
 from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
 from mcpnode.tuning.privilege import denied_hint
 from mcpnode.tuning.profile import Profile
-from mcpnode.tuning.state import Absent, Reading, read_state, read_value, refuse_directory_keys
+from mcpnode.tuning.read import Absent, Reading, read_value
+from mcpnode.tuning.state import read_state, refuse_directory_keys
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH

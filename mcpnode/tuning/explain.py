@@ -10,8 +10,8 @@ from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.facts import FACTS, netns_note
 from mcpnode.tuning.profile import list_profiles, load_profile
+from mcpnode.tuning.read import Absent, read_value
 from mcpnode.tuning.sensitive import sensitive_reason
-from mcpnode.tuning.state import Absent, read_value
 from mcpnode.tuning.values import describe
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from mcpnode.errors import AccessDenied, HostError
 from mcpnode.host import Host
 from mcpnode.tuning import cpulist, paths
-from mcpnode.tuning.state import Reading, Unreadable, read_value
+from mcpnode.tuning.read import Reading, Unreadable, read_value
 
 BANNED_VAR = "IRQBALANCE_BANNED_CPULIST"
 _OLD_BANNED_VAR = "IRQBALANCE_BANNED_CPUS"

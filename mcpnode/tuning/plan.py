@@ -21,7 +21,8 @@ from typing import Literal
 
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.profile import Profile, Setting
-from mcpnode.tuning.state import Absent, HostState, Reading, Unreadable
+from mcpnode.tuning.read import Absent, Reading, Unreadable
+from mcpnode.tuning.state import HostState
 from mcpnode.tuning.values import (
     Choice,
     Exact,

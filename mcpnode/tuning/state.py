@@ -1,9 +1,7 @@
 """Read, through Host, everything a plan is decided on. The only I/O before a tuning decision.
 
-Values are kept as the kernel's text (trailing newline removed). A file that is not there is
-`Absent` (the key does not exist on this kernel); one that cannot be read is `Unreadable`
-(EACCES: `net.core.bpf_jit_harden` needs CAP_SYS_ADMIN even to read). Neither is ever an
-empty string or a zero.
+Each value is a `Reading` (tuning/read.py, the primitives shared with the subsystems): the
+kernel's text, `Absent` or `Unreadable`, never an empty string or a zero.
 """
 
 from __future__ import annotations
@@ -12,36 +10,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mcpnode.errors import AccessDenied, HostError, PathNotFound
+from mcpnode.errors import HostError
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.privilege import Privileges
 from mcpnode.tuning.profile import Profile
+from mcpnode.tuning.read import Absent, Reading, file_reading, optional, read_value, tokens
 from mcpnode.tuning.values import Prefer
 
 if TYPE_CHECKING:
     from mcpnode.tuning.bootloader import Boot
     from mcpnode.tuning.irq import IrqReading, RpsReading
     from mcpnode.tuning.partition import CpuPartition
-
-
-@dataclass(frozen=True)
-class Absent:
-    """The file does not exist: the key is not on this kernel (or the device is gone)."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """The file exists but could not be read. `denied` for EACCES/EPERM."""
-
-    reason: str
-    denied: bool
-
-
-Reading = str | Absent | Unreadable
 
 
 @dataclass(frozen=True)
@@ -107,53 +88,6 @@ def parse_modules(text: str) -> frozenset[str]:
     return frozenset(line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip())
 
 
-def read_value(host: Host, path: str) -> Reading:
-    """One file as a Reading; sysctl paths must also resolve strictly under /proc/sys."""
-    try:
-        text = host.read_optional(path)
-    except AccessDenied as err:
-        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
-    except HostError as err:
-        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
-    if text is None:
-        return Absent(f"no {path} on this kernel")
-    if path.startswith(paths.SYSCTL_ROOT + "/") and not host.is_live:
-        # A fake root may hold symlinks; a key must not read (or later write) anything that
-        # is not a sysctl. /proc/sys itself has no symlinks, so the live root skips this.
-        try:
-            real = host.realpath(path)
-        except PathNotFound:
-            return Absent(f"no {path} on this kernel")
-        except HostError as err:
-            return Unreadable(f"cannot resolve {path}: {err.detail}", denied=False)
-        if not paths.is_sysctl_path(real):
-            return Unreadable(f"{path} resolves to {real}, outside /proc/sys", denied=False)
-    return text.rstrip("\n")
-
-
-def _file_reading(host: Host, path: str) -> Reading:
-    """A whole configuration file as a Reading: its text exactly (no newline stripped), "" when
-    it does not exist (the drop-in is not there yet), Unreadable when it cannot be read."""
-    try:
-        text = host.read_optional(path, limit=1 << 16)
-    except AccessDenied as err:
-        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
-    except HostError as err:
-        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
-    return "" if text is None else text
-
-
-def _optional(host: Host, path: str) -> str | None:
-    value = read_value(host, path)
-    return value if isinstance(value, str) else None
-
-
-def _tokens(text: str | None) -> frozenset[str] | None:
-    if text is None:
-        return None
-    return frozenset(t.strip("[]") for t in text.split())
-
-
 def refuse_directory_keys(host: Host, profile: Profile) -> None:
     """Raise ProfileError for the first sysctl key that names a directory under /proc/sys
     (`net.core`): it passes the name rules, but there is nothing to write, and it is a typo for
@@ -211,7 +145,7 @@ def read_state(
             boot = detect(host)
             if boot.content is not None:
                 readings[boot.path] = boot.content
-            cmdline = _optional(host, paths.PROC_CMDLINE)
+            cmdline = optional(host, paths.PROC_CMDLINE)
             continue
         if setting.key == paths.IRQ_POLICY_KEY:
             from mcpnode.tuning.irq import read_irqs
@@ -229,10 +163,10 @@ def read_state(
             continue
         if setting.key == paths.CONFINE_KEY:
             for dropin in paths.SYSTEMD_DROPINS.values():
-                readings[dropin] = _file_reading(host, dropin)
+                readings[dropin] = file_reading(host, dropin)
             for unit in paths.CONFINABLE:
                 control = paths.SET_PROPERTY_DROPIN.format(unit=unit)
-                readings[control] = _file_reading(host, control)
+                readings[control] = file_reading(host, control)
             continue
         if setting.key == paths.GOVERNOR_KEY:
             names = host.listdir_optional(paths.CPUFREQ_DIR)
@@ -240,18 +174,18 @@ def read_state(
             for policy in policies or ():
                 gov = paths.governor_path(policy)
                 readings[gov] = read_value(host, gov)
-                available[gov] = _tokens(_optional(host, paths.governors_available_path(policy)))
+                available[gov] = tokens(optional(host, paths.governors_available_path(policy)))
             continue
         path = paths.path_of(setting.key)
         assert path is not None  # profile.py only builds settings with valid keys
         readings[path] = read_value(host, path)
         if setting.key == paths.THP_KEY:
-            cmdline = _optional(host, paths.PROC_CMDLINE)
+            cmdline = optional(host, paths.PROC_CMDLINE)
             current = readings[path]
-            available[path] = _tokens(current) if isinstance(current, str) else None
+            available[path] = tokens(current) if isinstance(current, str) else None
         elif isinstance(setting.desired, Prefer):
             listed = paths.sysctl_path(paths.AVAILABLE_FROM[setting.key])
-            available[path] = _tokens(_optional(host, listed))
+            available[path] = tokens(optional(host, listed))
             wanted_modules.update(setting.desired.load)
 
     for path in extra_paths:
@@ -263,12 +197,12 @@ def read_state(
             args = grubby_args(host)
             readings[path] = args if args is not None else Absent("grubby does not answer")
         elif path in paths.SYSTEMD_DROPINS.values() or path == paths.BOOT_PATHS["bootloader:grub"]:
-            readings[path] = _file_reading(host, path)
+            readings[path] = file_reading(host, path)
         else:
             readings[path] = read_value(host, path)
 
     modules: frozenset[str] | None = None
-    proc_modules = _optional(host, paths.PROC_MODULES)
+    proc_modules = optional(host, paths.PROC_MODULES)
     if proc_modules is not None:
         builtin = {m for m in wanted_modules if host.exists(f"{paths.SYS_MODULE}/{m}")}
         modules = parse_modules(proc_modules) | builtin
@@ -277,7 +211,7 @@ def read_state(
         readings=readings,
         available=available,
         modules=modules,
-        privileges=parse_status(_optional(host, paths.PROC_STATUS)),
+        privileges=parse_status(optional(host, paths.PROC_STATUS)),
         cmdline=cmdline,
         policies=policies,
         live=host.is_live,
