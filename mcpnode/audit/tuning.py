@@ -18,8 +18,8 @@ from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, ManifestError, McpnodeError
 from mcpnode.host import Host
 from mcpnode.published import MANIFEST_PATH, read_manifest
-from mcpnode.tuning.active import ActiveProfile
-from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
+from mcpnode.state.active import ActiveProfile
+from mcpnode.state.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from mcpnode.printable import printable as _p
-from mcpnode.tuning.active import ActiveProfile
+from mcpnode.state.active import ActiveProfile
 from mcpnode.tuning.apply import ApplyResult, RollbackResult
 from mcpnode.tuning.explain import Explanation
 from mcpnode.tuning.outcome import Outcome

@@ -12,7 +12,7 @@ A SIGKILL at any point leaves a journal whose state is not "applied" (or no jour
 write had happened yet), and the next apply/rollback/recover restores every original first.
 Every write logs one structlog event with key, old, new and result.
 
-Each of the three holds the state lock (tuning/lock.py) from loading the journal to its final
+Each of the three holds the state lock (state/lock.py) from loading the journal to its final
 save, so two runs never interleave; a run that cannot get it within the store's wait raises
 LockBusy and changes nothing. A dry run only reads and takes no lock.
 

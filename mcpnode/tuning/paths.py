@@ -82,7 +82,6 @@ TCP_CC = "net.ipv4.tcp_congestion_control"
 AVAILABLE_FROM = {TCP_CC: "net.ipv4.tcp_available_congestion_control"}
 
 PROFILE_DIR_LOCAL = "/etc/mcpnode/profiles"
-JOURNAL_PATH = "/var/lib/mcpnode/tuning-journal.json"
 PERSIST_PATH = "/etc/sysctl.d/90-mcpnode.conf"
 
 # Sysctl names as profiles may write them: dot-separated segments of [a-z0-9_-], so `..`,
