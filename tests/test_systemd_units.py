@@ -145,6 +145,7 @@ def test_parser_reads_systemd_syntax() -> None:
 WRITERS = {
     "mcpnode/tuning/apply.py": "sysctl and sysfs values; /etc/sysctl.d/90-mcpnode.conf",
     "mcpnode/tuning/journal.py": "the tuning journal",
+    "mcpnode/tuning/plugins/base.py": "one-file values: sysctls, sysfs, IRQ affinity, rps_cpus",
     "mcpnode/placement/manifest.py": "the manifest",
     "mcpnode/state/agentstate.py": "the agent's state file",
     "mcpnode/placement/exporters/write.py": "exporter files (`mcpnode export`)",

@@ -85,8 +85,8 @@ def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
 
 def _bootloader(facts: TuningFacts) -> list[Finding]:
     """`[bootloader]` arguments configured for the next boot but not in the running kernel's
-    /proc/cmdline (tuning/bootloader.py): a reboot is due. Drift in the configuration itself is
-    tuning.drift's."""
+    /proc/cmdline (tuning/plugins/bootloader.py): a reboot is due. Drift in the configuration
+    itself is tuning.drift's."""
     if facts.report is None:
         return []
     out = []

@@ -29,7 +29,7 @@ apply refuses to replace one (docs/tuning.md, "Files mcpnode replaces"). Journal
 `file` existed restore with the file's mode and owner as found, never group- or world-writable.
 
 `managed_irqs` lists the interrupts whose `smp_affinity_list` write the kernel refused with EIO
-(tuning/irq.py): later plans leave them alone instead of retrying. An `irqbalance:*` entry's
+(tuning/plugins/irq.py): later plans leave them alone instead of retrying. An `irqbalance:*` entry's
 original is the whole environment file, restored byte for byte.
 
 `state` other than "applied" means a run stopped half-way (crash, SIGKILL, power loss): the
