@@ -20,6 +20,7 @@ from mcpnode.tuning import cpulist, paths, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.read import Absent, Reading, Unreadable
 from mcpnode.tuning.values import Choice, Exact, Prefer, compare, describe, resolve, target
 
@@ -173,6 +174,20 @@ def module_list(file: str, section: str, key: str, value: object) -> tuple[str, 
     return tuple(out)
 
 
+def one_of(
+    section: SectionInput, name: str, option: str, choices: tuple[str, ...], key: str
+) -> list[Setting]:
+    """The setting `key` of section `name`'s `option` when given, which must be one of
+    `choices` (an exact value); none when absent. Raises ProfileError."""
+    if option not in section.table:
+        return []
+    value = section.table[option]
+    if value not in choices:
+        raise err(section.file, option, f"must be one of {', '.join(choices)}", name)
+    note = section.comment(name, option)
+    return [Setting(key, Exact(str(value)), section.file, note)]
+
+
 # -- plan answers ----------------------------------------------------------------------------
 
 
@@ -188,6 +203,28 @@ def unusable(
         action: Action = "needs-privilege" if reading.denied else "skipped"
         return PlanItem(key, path, rule, None, None, action, reading.reason, source, unread=True)
     return None
+
+
+def placement_gate(
+    setting: Setting, found: object, missing: str, no_housekeeping: str, state: HostState
+) -> list[PlanItem] | CpuPartition:
+    """For a setting that places work on the housekeeping CPUs (`[irq] policy`, `rps`): no
+    items when it is off, one saying why when it cannot be planned here (`found`, what was
+    read, is not a tuple: `missing`; the partition is unknown, has no housekeeping CPUs:
+    `no_housekeeping`, or no GPU slices), else the partition to place against."""
+    key, src = setting.key, setting.source
+    if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
+        return []
+    if not isinstance(found, tuple):
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", missing, src)]
+    part = state.partition
+    if part is None:
+        return [PlanItem(key, "", "housekeeping", None, None, "skipped", NO_PARTITION, src)]
+    if not part.housekeeping:
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", no_housekeeping, src)]
+    if not part.slices:
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", NO_SLICES, src)]
+    return part
 
 
 def same_cpus(a: str, b: str) -> bool:

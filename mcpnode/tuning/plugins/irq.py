@@ -38,13 +38,14 @@ from mcpnode.host import Host
 from mcpnode.tuning import cpulist, paths, privilege
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.plugins.base import (
     NO_PARTITION,
-    NO_SLICES,
     SectionInput,
     StateDraft,
     Subsystem,
-    err,
+    one_of,
+    placement_gate,
     same_cpus,
     unusable,
 )
@@ -180,6 +181,8 @@ def running_irqbalance(host: Host) -> tuple[int, ...]:
 # -- the subsystem ---------------------------------------------------------------------------
 
 IRQ_POLICIES = ("housekeeping", "off")
+_NO_INTERRUPTS = f"no {paths.PROC_INTERRUPTS} here"
+_NOWHERE = "no housekeeping CPUs are reserved (housekeeping policy none): nowhere to move them"
 IRQBALANCE_MODES = ("ban-slices", "leave")
 
 
@@ -200,18 +203,10 @@ class Irq(Subsystem):
         )
 
     def parse(self, section: SectionInput) -> list[Setting]:
-        out = []
-        for option, key, choices in (
-            ("policy", paths.IRQ_POLICY_KEY, IRQ_POLICIES),
-            ("irqbalance", paths.IRQBALANCE_KEY, IRQBALANCE_MODES),
-        ):
-            if option in section.table:
-                value = section.table[option]
-                if value not in choices:
-                    raise err(section.file, option, f"must be one of {', '.join(choices)}", "irq")
-                note = section.comment("irq", option)
-                out.append(Setting(key, Exact(value), section.file, note))
-        return out
+        return [
+            *one_of(section, "irq", "policy", IRQ_POLICIES, paths.IRQ_POLICY_KEY),
+            *one_of(section, "irq", "irqbalance", IRQBALANCE_MODES, paths.IRQBALANCE_KEY),
+        ]
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
         if setting.key == paths.IRQ_POLICY_KEY:
@@ -254,21 +249,12 @@ class Irq(Subsystem):
 def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
     """One item per numbered interrupt: allowed on the housekeeping CPUs of its device's node.
     An interrupt already inside them is left as it is (never widened)."""
-    key, src = setting.key, setting.source
-    if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
-        return []
     irqs = state.found.get(paths.IRQ_POLICY_KEY)
-    if not isinstance(irqs, tuple):
-        why = f"no {paths.PROC_INTERRUPTS} here"
-        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
-    part = state.partition
-    if part is None:
-        return [PlanItem(key, "", "housekeeping", None, None, "skipped", NO_PARTITION, src)]
-    if not part.housekeeping:
-        why = "no housekeeping CPUs are reserved (housekeeping policy none): nowhere to move them"
-        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
-    if not part.slices:
-        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", NO_SLICES, src)]
+    part = placement_gate(setting, irqs, _NO_INTERRUPTS, _NOWHERE, state)
+    if not isinstance(part, CpuPartition):
+        return part
+    assert isinstance(irqs, tuple)
+    src = setting.source
     out = []
     for reading in irqs:
         assert isinstance(reading, IrqReading)

@@ -10,18 +10,20 @@ from dataclasses import dataclass
 from mcpnode.host import Host
 from mcpnode.tuning import cpulist, paths, privilege
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
+from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.plugins.base import (
-    NO_PARTITION,
-    NO_SLICES,
     SectionInput,
     StateDraft,
     Subsystem,
-    err,
+    one_of,
+    placement_gate,
     unusable,
 )
 from mcpnode.tuning.plugins.irq import IRQ_POLICIES
 from mcpnode.tuning.read import Reading, Unreadable, read_value
-from mcpnode.tuning.values import Exact
+
+_NO_NET = f"no {paths.SYS_CLASS_NET} here"
+_NO_HOUSEKEEPING = "no housekeeping CPUs are reserved (housekeeping policy none)"
 
 
 @dataclass(frozen=True)
@@ -71,13 +73,7 @@ class Rps(Subsystem):
         return key == paths.IRQ_RPS_KEY or key.startswith("rps:")
 
     def parse(self, section: SectionInput) -> list[Setting]:
-        if "rps" not in section.table:
-            return []
-        value = section.table["rps"]
-        if value not in IRQ_POLICIES:
-            raise err(section.file, "rps", f"must be one of {', '.join(IRQ_POLICIES)}", "irq")
-        note = section.comment("irq", "rps")
-        return [Setting(paths.IRQ_RPS_KEY, Exact(value), section.file, note)]
+        return one_of(section, "irq", "rps", IRQ_POLICIES, paths.IRQ_RPS_KEY)
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
         rps = read_rps(host)
@@ -86,29 +82,12 @@ class Rps(Subsystem):
             draft.readings[paths.rps_path(q.dev, q.queue)] = q.mask
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
-        key, src = setting.key, setting.source
-        if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
-            return []
         queues = state.found.get(self.name)
-        if not isinstance(queues, tuple):
-            why = f"no {paths.SYS_CLASS_NET} here"
-            return [PlanItem(key, "", "housekeeping", None, None, "unsupported", why, src)]
-        part = state.partition
-        if part is None or not part.housekeeping:
-            why = (
-                NO_PARTITION
-                if part is None
-                else "no housekeeping CPUs are reserved (housekeeping policy none)"
-            )
-            action: Action = "skipped" if part is None else "unsupported"
-            return [PlanItem(key, "", "housekeeping", None, None, action, why, src)]
-        if not part.slices:
-            return [PlanItem(key, "", "housekeeping", None, None, "unsupported", NO_SLICES, src)]
-        out = []
-        for q in queues:
-            assert isinstance(q, RpsReading)
-            out.append(_queue_item(q, part.housekeeping_of(q.node), state, src))
-        return out
+        part = placement_gate(setting, queues, _NO_NET, _NO_HOUSEKEEPING, state)
+        if not isinstance(part, CpuPartition):
+            return part
+        assert isinstance(queues, tuple)
+        return [_queue_item(q, part.housekeeping_of(q.node), state, setting.source) for q in queues]
 
 
 def _queue_item(q: RpsReading, allowed: frozenset[int], state: HostState, src: str) -> PlanItem:

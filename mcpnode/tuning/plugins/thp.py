@@ -8,9 +8,8 @@ import re
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
-from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, err, value_item
+from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, one_of, value_item
 from mcpnode.tuning.read import optional, read_value, tokens
-from mcpnode.tuning.values import Exact
 
 THP_CHOICES = ("always", "madvise", "never")
 _THP_ON_CMDLINE = re.compile(r"(?:^|\s)transparent_hugepage=(\S+)")
@@ -25,18 +24,7 @@ class TransparentHugepages(Subsystem):
         return key == paths.THP_KEY
 
     def parse(self, section: SectionInput) -> list[Setting]:
-        if "transparent_hugepage" not in section.table:
-            return []
-        thp = section.table["transparent_hugepage"]
-        if thp not in THP_CHOICES:
-            raise err(
-                section.file,
-                "transparent_hugepage",
-                f"must be one of {', '.join(THP_CHOICES)}",
-                "vm",
-            )
-        note = section.comment("vm", "transparent_hugepage")
-        return [Setting(paths.THP_KEY, Exact(thp), section.file, note)]
+        return one_of(section, "vm", "transparent_hugepage", THP_CHOICES, paths.THP_KEY)
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
         path = paths.THP_ENABLED
