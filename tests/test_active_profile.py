@@ -165,7 +165,7 @@ def test_configured_but_not_applied(root: Path) -> None:
 
 
 def test_the_agent_wins(root: Path) -> None:
-    from mcpnode.tuning.agentstate import AgentState, write_agent_state
+    from mcpnode.state.agentstate import AgentState, write_agent_state
 
     cli(root, "apply", "--profile", "base")
     state = AgentState(1, "inference-latency", "/etc/mcpnode/mcpnode.toml", "remediate", "t", "t")

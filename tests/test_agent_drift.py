@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 
 from mcpnode.agent.drift import FlapGuard
-from mcpnode.tuning.agentstate import ContestedKey
+from mcpnode.state.agentstate import ContestedKey
 
 WALL = datetime(2025, 3, 1, 12, 0, 5, 123456, tzinfo=timezone.utc)
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mcpnode.host import Host
-from mcpnode.tuning import paths
+from mcpnode.state.places import JOURNAL_PATH
 from mcpnode.tuning.apply import apply_profile, rollback
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.profile import Profile, load_profile
@@ -56,7 +56,7 @@ class Env:
         return {k: get_sysctl(self.root, k) for k in ORIGINALS}
 
     def journal(self) -> dict[str, Any]:
-        data = json.loads((self.root / paths.JOURNAL_PATH.lstrip("/")).read_text())
+        data = json.loads((self.root / JOURNAL_PATH.lstrip("/")).read_text())
         assert isinstance(data, dict)
         return data
 
@@ -102,7 +102,7 @@ def test_held_key_keeps_the_foreign_value(env: Env) -> None:
     rolled = rollback(env.host, env.store)
     assert rolled.profile == "old"
     assert env.values() == ORIGINALS  # the held key included
-    assert not (env.root / paths.JOURNAL_PATH.lstrip("/")).exists()
+    assert not (env.root / JOURNAL_PATH.lstrip("/")).exists()
 
 
 def test_profile_switch_does_not_restore_a_held_key(env: Env) -> None:

@@ -11,8 +11,7 @@ import pytest
 from mcpnode.audit.model import Finding, Status
 from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
-from mcpnode.tuning.active import active_profile
-from mcpnode.tuning.agentstate import (
+from mcpnode.state.agentstate import (
     AGENT_STATE_PATH,
     SCHEMA,
     AgentState,
@@ -21,6 +20,7 @@ from mcpnode.tuning.agentstate import (
     read_agent_state,
     write_agent_state,
 )
+from mcpnode.tuning.active import active_profile
 from tests import auditroot
 
 CONTESTED = ContestedKey("vm.swappiness", 3, 600.0, "2025-03-01T12:00:05+00:00", "60")
@@ -214,7 +214,7 @@ import json, os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 subprocess.run(["mount", "--make-rprivate", "/"], check=True)
 subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/run"], check=True)
-from mcpnode.tuning.agentstate import AgentState, read_agent_state, write_agent_state
+from mcpnode.state.agentstate import AgentState, read_agent_state, write_agent_state
 from mcpnode.host import Host
 
 dead = subprocess.Popen(["true"]); dead.wait()  # a pid that existed and is gone

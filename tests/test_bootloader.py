@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from mcpnode.tuning import bootloader as bl
 from mcpnode.tuning.errors import ProfileError
+from mcpnode.tuning.plugins import bootloader as bl
 from mcpnode.tuning.profile import parse_profile
 from tests import irqroot
 from tests.tuningcli import run_cli

@@ -231,8 +231,8 @@ def test_the_live_check_comes_before_the_clip() -> None:
     """exec's one clip (plan_exec) narrows only a target whose CPUs are all online here: a
     target naming a CPU this machine lacks is refused, even where the caller's CPUs would have
     narrowed it to one that exists (docs/placement.md, "Clipped to the caller")."""
-    from mcpnode.placement.apply import plan_exec
     from mcpnode.codec.record import replace
+    from mcpnode.placement.apply import plan_exec
 
     with Host(FIXTURES / "hgx-h100-8gpu-8nic") as host:
         topo = discover_host(host)

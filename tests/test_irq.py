@@ -20,8 +20,8 @@ from mcpnode.errors import McpnodeError
 from mcpnode.host import Host
 from mcpnode.placement.manifest import MANIFEST_PATH
 from mcpnode.tuning.errors import JournalError, ProfileError
-from mcpnode.tuning.irq import banned_of, parse_interrupts, with_banned
 from mcpnode.tuning.journal import JournalStore, from_json
+from mcpnode.tuning.plugins.irq import banned_of, parse_interrupts, with_banned
 from mcpnode.tuning.profile import parse_profile
 from tests import irqroot
 from tests.agentproc import AgentProc

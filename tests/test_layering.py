@@ -20,6 +20,9 @@ LAYERS = [
     # The published manifest's one reader: the audit (below placement) reads it too.
     "published",
     "topology",
+    # What the CLI, the agent and the audit share: the lock, the journal's place, agent state,
+    # the active profile's record. Below tuning, whose journal it places.
+    "state",
     "tuning",
     "audit",
     "placement",

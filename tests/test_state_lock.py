@@ -1,4 +1,4 @@
-"""The state lock (tuning/lock.py, Host.lock): every writer of the journal holds one flock on
+"""The state lock (state/lock.py, Host.lock): every writer of the journal holds one flock on
 `var/lib/mcpnode/mcpnode.lock` from journal load to final save; a second writer waits a
 bounded time, then exits 75 naming the holder; readers never take it.
 
@@ -21,8 +21,8 @@ import pytest
 
 from mcpnode.errors import LockBusy, Untrusted
 from mcpnode.host import Host
+from mcpnode.state.lock import LockNotHeld
 from mcpnode.tuning.journal import Journal, JournalStore
-from mcpnode.tuning.lock import LockNotHeld
 from tests.tuningcli import run_cli
 from tests.tuningroot import build, get_sysctl, write_profiles
 

@@ -145,8 +145,9 @@ def test_parser_reads_systemd_syntax() -> None:
 WRITERS = {
     "mcpnode/tuning/apply.py": "sysctl and sysfs values; /etc/sysctl.d/90-mcpnode.conf",
     "mcpnode/tuning/journal.py": "the tuning journal",
+    "mcpnode/tuning/plugins/base.py": "one-file values: sysctls, sysfs, IRQ affinity, rps_cpus",
     "mcpnode/placement/manifest.py": "the manifest",
-    "mcpnode/tuning/agentstate.py": "the agent's state file",
+    "mcpnode/state/agentstate.py": "the agent's state file",
     "mcpnode/placement/exporters/write.py": "exporter files (`mcpnode export`)",
     "mcpnode/agent/service.py": "exporter files; removes the state file at stop",
     "mcpnode/cli/main.py": "`mcpnode audit --output` (mcpnode-audit.service)",
@@ -164,11 +165,12 @@ def agent_write_paths() -> dict[str, str]:
     """Files the agent writes with its default configuration (any export kind enabled) -> why."""
     from mcpnode.placement.exporters.write import KINDS
     from mcpnode.placement.manifest import MANIFEST_PATH
+    from mcpnode.state.agentstate import AGENT_STATE_PATH
+    from mcpnode.state.places import JOURNAL_PATH
     from mcpnode.tuning import paths
-    from mcpnode.tuning.agentstate import AGENT_STATE_PATH
 
     out = {
-        paths.JOURNAL_PATH: "tuning journal",
+        JOURNAL_PATH: "tuning journal",
         paths.PERSIST_PATH: "[tuning] persist = true",
         MANIFEST_PATH: "manifest",
         AGENT_STATE_PATH: "agent state",

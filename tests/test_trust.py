@@ -137,7 +137,7 @@ def test_an_untrusted_agent_config_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_untrusted_agent_state_is_not_believed(root: Path) -> None:
-    from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
+    from mcpnode.state.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
 
     write_agent_state(Host(root), AgentState(1, "evil", "c", "remediate", "t", "t"))
     path = root / AGENT_STATE_PATH.lstrip("/")

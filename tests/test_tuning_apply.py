@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mcpnode.host import Host
+from mcpnode.state.places import JOURNAL_PATH
 from mcpnode.tuning import paths
 from mcpnode.tuning.apply import apply_profile, recover, rollback
 from mcpnode.tuning.errors import ApplyFailed, JournalError
@@ -40,12 +41,12 @@ class Env:
         return load_profile(name, self.host, self.profiles)
 
     def journal(self) -> dict[str, Any]:
-        data = json.loads((self.root / paths.JOURNAL_PATH.lstrip("/")).read_text())
+        data = json.loads((self.root / JOURNAL_PATH.lstrip("/")).read_text())
         assert isinstance(data, dict)
         return data
 
     def journal_exists(self) -> bool:
-        return (self.root / paths.JOURNAL_PATH.lstrip("/")).exists()
+        return (self.root / JOURNAL_PATH.lstrip("/")).exists()
 
     def cli(self, *args: str) -> tuple[int, str, str]:
         return run_cli(*args, "--root", str(self.root), *self._dirs(args))
@@ -107,7 +108,7 @@ def test_journal_is_written_before_the_first_write(env: Env) -> None:
             mode: int = 0o644,
             owner: tuple[int, int] | None = None,
         ) -> None:
-            if logical == paths.JOURNAL_PATH and paths.JOURNAL_PATH not in order:
+            if logical == JOURNAL_PATH and JOURNAL_PATH not in order:
                 journal = json.loads(data)
                 assert journal["state"] == "applying"
                 planned = {i.path for i in apply_plan.writes}
@@ -121,8 +122,8 @@ def test_journal_is_written_before_the_first_write(env: Env) -> None:
 
     apply_plan = plan(env.profile(), read_state(host, env.profile()))
     apply_profile(host, env.profile(), JournalStore(host), persist=True)
-    assert order[0] == paths.JOURNAL_PATH
-    assert order[-2:] == [paths.PERSIST_PATH, paths.JOURNAL_PATH]
+    assert order[0] == JOURNAL_PATH
+    assert order[-2:] == [paths.PERSIST_PATH, JOURNAL_PATH]
     assert all(p.startswith(("/proc/sys/", "/sys/")) for p in order[1:-2])
 
 
@@ -336,8 +337,8 @@ def test_sysctl_resolving_outside_proc_sys_is_skipped(env: Env) -> None:
     ids=["text", "empty", "schema", "binary", "foreign-path"],
 )
 def test_untrusted_journal_stops_apply_and_rollback(env: Env, garbage: bytes) -> None:
-    put(env.root, paths.JOURNAL_PATH.lstrip("/"), "")
-    (env.root / paths.JOURNAL_PATH.lstrip("/")).write_bytes(garbage)
+    put(env.root, JOURNAL_PATH.lstrip("/"), "")
+    (env.root / JOURNAL_PATH.lstrip("/")).write_bytes(garbage)
     before = tree(env.root)
     with pytest.raises(JournalError):
         apply_profile(env.host, env.profile(), env.store)
@@ -351,7 +352,7 @@ def test_untrusted_journal_stops_apply_and_rollback(env: Env, garbage: bytes) ->
 
 
 def test_journal_that_cannot_be_read_is_an_error(env: Env) -> None:
-    (env.root / paths.JOURNAL_PATH.lstrip("/")).mkdir(parents=True)
+    (env.root / JOURNAL_PATH.lstrip("/")).mkdir(parents=True)
     with pytest.raises(JournalError, match="cannot be used: is a directory"):
         apply_profile(env.host, env.profile(), env.store)
 
@@ -366,7 +367,7 @@ def test_interrupted_run_is_recovered_before_applying(env: Env) -> None:
             JournalEntry("net.core.somaxconn", "/proc/sys/net/core/somaxconn", "4096"),
         ),
     )
-    put(env.root, paths.JOURNAL_PATH.lstrip("/"), to_json(interrupted))
+    put(env.root, JOURNAL_PATH.lstrip("/"), to_json(interrupted))
     set_sysctl(env.root, "vm.swappiness", "10")
     result = apply_profile(env.host, env.profile("latency"), env.store)
     assert {o.key: o.result for o in result.recovered} == {

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.codec.record import replace
 from mcpnode.tuning import paths
+from mcpnode.tuning.model import HostState, Setting
 from mcpnode.tuning.plan import plan, plan_restores
 from mcpnode.tuning.privilege import Privileges
-from mcpnode.tuning.profile import Profile, Setting
-from mcpnode.tuning.state import HostState
+from mcpnode.tuning.profile import Profile
+from mcpnode.tuning.read import Absent, Reading, Unreadable
 from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
 
 ROOT = Privileges(0, (1 << 41) - 1)

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from mcpnode.tuning.agentstate import ContestedKey
+from mcpnode.state.agentstate import ContestedKey
 
 
 @dataclass

@@ -13,7 +13,7 @@ Lifecycle (docs/service.md and docs/architecture.md say the same for operators):
           and never stalls the loop (and its watchdog) for longer.
   SIGTERM STOPPING=1 -> rollback when configured -> exit 0
 
-The state lock (tuning/lock.py) is held only while the agent writes: at start (recover, apply,
+The state lock (state/lock.py) is held only while the agent writes: at start (recover, apply,
 state file), for each remediation, at reload and at stop; so an operator's `mcpnode apply` or
 `rollback` runs between the agent's cycles. The agent notices when the journal changed under it
 (its identity differs from the one the agent last wrote): an operator's apply is *adopted* (the
@@ -61,10 +61,10 @@ from mcpnode.placement.manifest import content_hash, publish
 from mcpnode.placement.plan import plan_placement
 from mcpnode.placement.source import Stamp, cpu_partition, publication, read_stamp
 from mcpnode.probe.section import manifest_section
+from mcpnode.state.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
 from mcpnode.topology.nvml import GpuBackend, open_backend
-from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, write_agent_state
 from mcpnode.tuning.apply import ApplyResult, apply_profile, recover, rollback
 from mcpnode.tuning.errors import ApplyFailed
 from mcpnode.tuning.journal import Journal, JournalStore

@@ -11,9 +11,9 @@ from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.paths import CGROUP_ROOT, DRIVER_VERSION, MOUNTINFO
 from mcpnode.audit.xid import XidEvent
 from mcpnode.host import HostReader
+from mcpnode.state.active import ActiveProfile
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.parse import parse_mountinfo
-from mcpnode.tuning.active import ActiveProfile
 from mcpnode.tuning.partition import CpuPartition
 
 CgroupMode = Literal["v2", "hybrid", "v1", "unknown"]

@@ -18,8 +18,8 @@ from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, ManifestError, McpnodeError
 from mcpnode.host import Host, HostReader
 from mcpnode.published import MANIFEST_PATH, read_manifest
-from mcpnode.tuning.active import ActiveProfile
-from mcpnode.tuning.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
+from mcpnode.state.active import ActiveProfile
+from mcpnode.state.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
@@ -87,8 +87,8 @@ def check(facts: TuningFacts, ctx: AuditContext) -> list[Finding]:
 
 def _bootloader(facts: TuningFacts) -> list[Finding]:
     """`[bootloader]` arguments configured for the next boot but not in the running kernel's
-    /proc/cmdline (tuning/bootloader.py): a reboot is due. Drift in the configuration itself is
-    tuning.drift's."""
+    /proc/cmdline (tuning/plugins/bootloader.py): a reboot is due. Drift in the configuration
+    itself is tuning.drift's."""
     if facts.report is None:
         return []
     out = []

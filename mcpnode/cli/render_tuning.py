@@ -8,12 +8,12 @@ from dataclasses import asdict
 from typing import Any
 
 from mcpnode.codec.printable import printable as _p
-from mcpnode.tuning.active import ActiveProfile
+from mcpnode.state.active import ActiveProfile
 from mcpnode.tuning.apply import ApplyResult, RollbackResult
 from mcpnode.tuning.explain import Explanation
+from mcpnode.tuning.model import PlanItem
 from mcpnode.tuning.outcome import Outcome
 from mcpnode.tuning.persist import Assignment
-from mcpnode.tuning.plan import PlanItem
 from mcpnode.tuning.profile import Profile, ProfileInfo
 from mcpnode.tuning.values import describe
 from mcpnode.tuning.verify import VerifyReport

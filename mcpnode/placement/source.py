@@ -113,7 +113,7 @@ def staleness(doc: Mapping[str, Any], host: Host, now: Stamp | None = None) -> s
     if now.uevent_seqnum is not None and seq == now.uevent_seqnum:
         return None
     # Only when the seqnum moved: the common launch never reads (or imports) the agent state.
-    from mcpnode.tuning.agentstate import read_agent_state
+    from mcpnode.state.agentstate import read_agent_state
 
     agent = read_agent_state(host)
     if agent is not None and agent.pid == pub.get("publisher_pid"):

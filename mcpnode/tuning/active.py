@@ -19,14 +19,12 @@ Reads only, through Host; never takes the state lock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from mcpnode.codec import toml_bounded
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import Host
+from mcpnode.state.active import ActiveProfile
+from mcpnode.state.agentstate import read_agent_state
 from mcpnode.tuning import paths
-from mcpnode.tuning.agentstate import read_agent_state
 from mcpnode.tuning.errors import JournalError
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.profile import PROFILE_NAME
@@ -35,32 +33,6 @@ CONFIG_PATH = "/etc/mcpnode/mcpnode.toml"
 # The agent config's own cap (agent/config.py); its default profile when [tuning] omits it.
 MAX_CONFIG_BYTES = 1 << 20
 CONFIG_DEFAULT_PROFILE = "base"
-
-Source = Literal["agent", "journal", "persisted", "configured", "none"]
-
-
-@dataclass(frozen=True)
-class ActiveProfile:
-    """The answer. `name` None with source "none": not tuned by mcpnode; with a `problem`: the
-    journal could not be used, so the answer is unknown.
-
-    applied: the profile's values were written by mcpnode (agent, journal, persisted) rather
-             than only chosen (configured)
-    by/at/hash: from the journal when it records them (who applied it, when, which content)
-    detail:  one line for people (`mcpnode agent pid 812, adopted from an operator's apply`)"""
-
-    name: str | None
-    source: Source
-    applied: bool
-    detail: str
-    by: str | None = None
-    at: str | None = None
-    hash: str | None = None
-    problem: str | None = None
-
-    @property
-    def known(self) -> bool:
-        return self.problem is None
 
 
 def active_profile(

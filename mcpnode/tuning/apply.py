@@ -12,7 +12,7 @@ A SIGKILL at any point leaves a journal whose state is not "applied" (or no jour
 write had happened yet), and the next apply/rollback/recover restores every original first.
 Every write logs one structlog event with key, old, new and result.
 
-Each of the three holds the state lock (tuning/lock.py) from loading the journal to its final
+Each of the three holds the state lock (state/lock.py) from loading the journal to its final
 save, so two runs never interleave; a run that cannot get it within the store's wait raises
 LockBusy and changes nothing. A dry run only reads and takes no lock.
 
@@ -37,10 +37,9 @@ from typing import Any, NoReturn
 import structlog
 
 from mcpnode.codec.printable import printable
-from mcpnode.codec.reading import Absent, Reading
 from mcpnode.errors import HostError, NotRegularFile, SymlinkLoop
 from mcpnode.host import Host
-from mcpnode.tuning import paths
+from mcpnode.tuning import paths, plugins
 from mcpnode.tuning.errors import ApplyFailed, RollbackIncomplete
 from mcpnode.tuning.journal import (
     ABSENT,
@@ -52,17 +51,21 @@ from mcpnode.tuning.journal import (
     JournalStore,
     PersistRecord,
 )
+from mcpnode.tuning.model import PlanItem
 from mcpnode.tuning.outcome import Outcome, Result
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values, render_conf
-from mcpnode.tuning.plan import Plan, PlanItem, plan, plan_restores
+from mcpnode.tuning.plan import Plan, plan, plan_restores
+from mcpnode.tuning.plugins.base import Subsystem
 from mcpnode.tuning.privilege import denied_hint
 from mcpnode.tuning.profile import Profile
-from mcpnode.tuning.state import read_state, read_value, refuse_directory_keys
+from mcpnode.tuning.read import Absent, Reading, read_value
+from mcpnode.tuning.state import read_state, refuse_directory_keys
 from mcpnode.tuning.values import Exact, restorable, satisfies
 
 PERSIST_KEY = "persist:" + paths.PERSIST_PATH
 PAUSE_ENV = "MCPNODE_FAULT_PAUSE_AFTER_LOAD"
+MAX_FILE_BYTES = 1 << 16  # a whole file a subsystem writes (an environment file, a drop-in)
 
 
 def _fault_pause() -> None:
@@ -121,19 +124,21 @@ def _write(
     whole_file: bool = False,
     meta: FileMeta | None = None,
 ) -> Outcome:
-    """One value write, logged. Returns the outcome; never raises HostError.
+    """One value write through the key's subsystem (tuning/plugins/), logged. Returns the
+    outcome; never raises HostError.
 
-    An irqbalance key's value goes into its environment file (tuning/irq.py): `new` is the
-    banned cpulist to set, or with `whole_file` (restores, undo) the file's original text; the
-    outcome's `old` is then the whole file as it was, so an undo puts it back byte for byte.
+    A whole-file key's value (paths.FILE_KEYS) is what its subsystem makes of the file
+    (`file_text`: irqbalance's banned cpulist set in its environment file), or with
+    `whole_file` (restores, undo) the file's original text; the outcome's `old` is then the
+    whole file as it was, so an undo puts it back byte for byte.
     `meta` (restores, undo): what the journal says the file was, put back with the text."""
     try:
-        if item_key == paths.GRUBBY_KEY:
-            old = _write_grubby(host, new, whole_file)
-        elif item_key in paths.FILE_KEYS:
-            old = _write_file_key(host, item_key, path, new, whole_file, meta)
+        subsystem = plugins.subsystem_of(item_key)
+        if item_key in paths.FILE_KEYS:
+            old = _write_file_key(host, subsystem, item_key, path, new, whole_file, meta)
         else:
-            host.write_text(path, new + "\n")
+            before = subsystem.write(host, item_key, path, new, whole_file)
+            old = before if before is not None else old
     except HostError as err:
         result: Result = "restore-failed" if event != "write" else "failed"
         outcome = Outcome(item_key, path, old, new, result, str(err), err.errno)
@@ -145,49 +150,51 @@ def _write(
 
 
 def _write_file_key(
-    host: Host, key: str, path: str, new: str, whole_file: bool, meta: FileMeta | None = None
+    host: Host,
+    subsystem: Subsystem,
+    key: str,
+    path: str,
+    new: str,
+    whole_file: bool,
+    meta: FileMeta | None = None,
 ) -> str:
-    """Write a whole-file key (paths.FILE_KEYS) atomically: irqbalance's banned CPUs set in its
-    environment file (tuning/irq.py), or with `whole_file` (restores, undo) and for drop-ins
-    `new` as the whole text. Returns the file's text before ("" when it did not exist).
+    """Write a whole-file key (paths.FILE_KEYS) atomically: the subsystem's `file_text` of
+    `new` (irqbalance's banned CPUs set in its environment file; a drop-in's whole text), or
+    with `whole_file` (restores, undo) `new` as the whole text, then the subsystem's
+    `after_file_write` (grub-mkconfig). Returns the file's text before ("" when it did not
+    exist).
 
     Applying (no `meta`) keeps the file's own mode (safe_mode) and owner, creates a new file
-    0644, and "" removes a drop-in; a symbolic link or other non-regular file there is refused
-    (current_meta). Restoring with `meta` (the journal's record, or the file as an undone run
-    found it) puts the file back exactly: removed when it was absent, else a regular file with
-    the recorded text, mode and owner, replacing whatever is there now (rename(2) replaces a
-    link, never writes through it). Raises HostError."""
-    from mcpnode.tuning.irq import MAX_ENV_FILE_BYTES, with_banned
-
+    0644, and "" removes a drop-in (`empty_file_removes`); a symbolic link or other
+    non-regular file there is refused (current_meta). Restoring with `meta` (the journal's
+    record, or the file as an undone run found it) puts the file back exactly: removed when it
+    was absent, else a regular file with the recorded text, mode and owner, replacing whatever
+    is there now (rename(2) replaces a link, never writes through it). Raises HostError."""
     prior: FileMeta | None
     if meta is not None:
         try:
             prior = current_meta(host, path)
-            before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
+            before = host.read_optional(path, limit=MAX_FILE_BYTES)
         except HostError:  # a link (or unreadable): replaced all the same, not put back
             prior, before = None, None
         _put(host, path, new, meta)
     else:
         prior = current_meta(host, path)  # before reading: a link is refused, not followed
-        before = host.read_optional(path, limit=MAX_ENV_FILE_BYTES)
-        irqbalance = key in paths.IRQBALANCE_FILES
-        text = with_banned(before or "", new) if irqbalance and not whole_file else new
-        if text == "" and not irqbalance:
+        before = host.read_optional(path, limit=MAX_FILE_BYTES)
+        text = new if whole_file else subsystem.file_text(key, before or "", new)
+        if text == "" and subsystem.empty_file_removes:
             host.remove(path)
         else:
             _put(host, path, text, prior if prior.kind == "regular" else FileMeta("regular"))
-    if key == "bootloader:grub":
-        from mcpnode.tuning.bootloader import regenerate_grub
-
-        try:
-            regenerate_grub(host)  # GRUB reads grub.cfg, not the drop-in (tuning/bootloader.py)
-        except HostError:
-            # This step failed as a whole: the drop-in goes back as it was (absent, or its text,
-            # mode and owner) before the error is reported, so the caller's undo (which skips a
-            # failed write) has nothing left behind.
-            if prior is not None:
-                _put(host, path, before or "", prior)
-            raise
+    try:
+        subsystem.after_file_write(host, key)
+    except HostError:
+        # This step failed as a whole: the file goes back as it was (absent, or its text,
+        # mode and owner) before the error is reported, so the caller's undo (which skips a
+        # failed write) has nothing left behind.
+        if prior is not None:
+            _put(host, path, before or "", prior)
+        raise
     return before or ""
 
 
@@ -236,29 +243,11 @@ def _put(host: Host, path: str, text: str, meta: FileMeta) -> None:
     )
 
 
-def _write_grubby(host: Host, new: str, whole: bool) -> str:
-    """Add the arguments `new` to every kernel with grubby, or with `whole` bring the default
-    kernel's arguments back to `new` (tuning/bootloader.py). Returns the arguments before.
-    Raises HostError (CommandFailed, NotSupported)."""
-    from mcpnode.tuning import bootloader
-
-    before = bootloader.grubby_args(host) or ""
-    if whole:
-        bootloader.grubby_restore(host, new)
-    else:
-        bootloader.grubby_update(host, new.split())
-    return before
-
-
 def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Outcome:
     if entry.key in paths.RAW_KEYS:
         try:
-            if entry.key == paths.GRUBBY_KEY:
-                from mcpnode.tuning.bootloader import grubby_args
-
-                text = grubby_args(host)
-            else:
-                text = host.read_optional(entry.path, limit=1 << 16) or ""
+            subsystem = plugins.subsystem_of(entry.key)
+            text = subsystem.current_text(host, entry.key, entry.path)
         except HostError:
             text = None
         if text == entry.original and _file_is(host, entry.path, entry.file):
@@ -455,7 +444,7 @@ def apply_profile(
     (a dry run only reads, unlocked). `by` is recorded in the journal as who applied it.
     `partition`: the housekeeping CPUs and GPU slices `[irq]` places against (None: its items
     are skipped, saying why). An interrupt the kernel refuses to move (EIO) is recorded in the
-    journal as managed, not a failure (tuning/irq.py).
+    journal as managed, not a failure (tuning/plugins/irq.py).
 
     `hold` names keys left exactly as they are: not written, not restored, their journal
     entries kept. The agent holds the keys it gave up remediating (another owner keeps
@@ -596,7 +585,7 @@ def _apply(
         outcome = _write(
             host, item.key, item.path, item.current, item.desired, "write", log, whole, meta
         )
-        if outcome.failed and _is_managed(item.key, outcome):
+        if outcome.failed and plugins.subsystem_of(item.key).refused_as_managed(item.key, outcome):
             log.info("write", key=item.key, old=item.current, new=item.desired, result="managed")
             managed.append(replace(outcome, result="managed"))
             continue
@@ -640,25 +629,8 @@ def _apply(
             f"{len(managed)} interrupt(s) are kernel-managed (EIO on write): left where the "
             "kernel put them, recorded in the journal"
         )
-    booted = [i for i in current.items if i.key.startswith("bootloader:")]
-    if any(o.key.startswith("bootloader:") for o in done):
-        notes.append("reboot required: the kernel command line changes at the next boot")
-    elif any("reboot required" in i.reason for i in booted):
-        notes.append(next(i.reason for i in booted if "reboot required" in i.reason))
-    if any(o.key in paths.IRQBALANCE_FILES and not o.failed for o in done):
-        from mcpnode.tuning.irq import running_irqbalance
-
-        pids = running_irqbalance(host)
-        if pids:
-            notes.append(
-                f"irqbalance is running (pid {', '.join(map(str, pids))}) with its old banned "
-                "CPUs and will move interrupts back onto the GPU slices: `systemctl restart "
-                "irqbalance` makes it read the new ones"
-            )
-        else:
-            notes.append(
-                "irqbalance reads its banned CPUs at start: `systemctl restart irqbalance`"
-            )
+    for subsystem in plugins.SUBSYSTEMS:
+        notes.extend(subsystem.notes(host, current.items, done))
     return ApplyResult(
         profile=profile.name,
         dry_run=False,
@@ -681,12 +653,6 @@ def _original(item: PlanItem, reading: Reading | None) -> str:
         return reading if isinstance(reading, str) else ""
     assert item.current is not None
     return restorable(item.current)
-
-
-def _is_managed(key: str, outcome: Outcome) -> bool:
-    """A write the kernel refused because the interrupt's affinity is not the user's to set
-    (kernel/irq/proc.c write_irq_affinity returns -EIO: tuning/irq.py)."""
-    return paths.irq_number(key) is not None and outcome.errno == errno_mod.EIO
 
 
 def _applied_record(profile: Profile, by: AppliedBy, before: Journal | None) -> AppliedProfile:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcpnode.codec.reading import Absent
 from mcpnode.host import Host
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.facts import FACTS, netns_note
 from mcpnode.tuning.profile import list_profiles, load_profile
+from mcpnode.tuning.read import Absent, read_value
 from mcpnode.tuning.sensitive import sensitive_reason
-from mcpnode.tuning.state import read_value
 from mcpnode.tuning.values import describe
 
 

@@ -29,7 +29,7 @@ apply refuses to replace one (docs/tuning.md, "Files mcpnode replaces"). Journal
 `file` existed restore with the file's mode and owner as found, never group- or world-writable.
 
 `managed_irqs` lists the interrupts whose `smp_affinity_list` write the kernel refused with EIO
-(tuning/irq.py): later plans leave them alone instead of retrying. An `irqbalance:*` entry's
+(tuning/plugins/irq.py): later plans leave them alone instead of retrying. An `irqbalance:*` entry's
 original is the whole environment file, restored byte for byte.
 
 `state` other than "applied" means a run stopped half-way (crash, SIGKILL, power loss): the
@@ -42,7 +42,7 @@ by another user would otherwise be replayed as root (`kernel.core_pattern = |/tm
 execution). Entries are checked against the key -> path mapping, so an edited journal cannot aim
 a restore at any other file.
 
-Every save and remove requires the state lock (tuning/lock.py), held from the load before it.
+Every save and remove requires the state lock (state/lock.py), held from the load before it.
 """
 
 from __future__ import annotations
@@ -54,9 +54,10 @@ from typing import Any, Literal
 
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import FileStat, Host
+from mcpnode.state.lock import DEFAULT_WAIT_S, LOCK_NAME, StateLock
+from mcpnode.state.places import JOURNAL_PATH
 from mcpnode.tuning import paths
 from mcpnode.tuning.errors import JournalError
-from mcpnode.tuning.lock import DEFAULT_WAIT_S, LOCK_NAME, StateLock
 from mcpnode.tuning.profile import PROFILE_NAME
 
 SCHEMA = "mcpnode.tuning-journal/v1"
@@ -346,7 +347,7 @@ class JournalStore:
     def __init__(
         self,
         host: Host,
-        path: str = paths.JOURNAL_PATH,
+        path: str = JOURNAL_PATH,
         *,
         command: str = "mcpnode",
         wait_s: float = DEFAULT_WAIT_S,

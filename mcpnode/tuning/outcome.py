@@ -9,7 +9,7 @@ from typing import Literal
 # restore-failed: writing an original back raised; unchanged: already the original (no write);
 # gone: the key vanished (module unloaded) so there is nothing to restore;
 # loaded / load-failed: a kernel module; managed: an interrupt whose affinity the kernel keeps
-# (EIO on write: tuning/irq.py), recorded, not a failure.
+# (EIO on write: tuning/plugins/irq.py), recorded, not a failure.
 Result = Literal[
     "ok",
     "failed",

@@ -29,8 +29,8 @@ FORCE_LATENCY_KEY = "cpu:force_latency"
 CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
 PM_QOS_NONE = 2000000000  # PM_QOS_CPU_LATENCY_DEFAULT_VALUE: no request
 
-# [irq] (tuning/irq.py). The profile's two settings; the plan expands IRQ_POLICY_KEY into one
-# `irq:N` item per interrupt.
+# [irq] (tuning/plugins/irq.py, rps.py). The profile's settings; the plan expands
+# IRQ_POLICY_KEY into one `irq:N` item per interrupt.
 IRQ_POLICY_KEY = "irq:policy"
 IRQBALANCE_KEY = "irq:irqbalance"
 IRQ_RPS_KEY = "irq:rps"
@@ -48,8 +48,8 @@ _IRQ = re.compile(r"irq:([0-9]{1,6})\Z", re.ASCII)
 # `rps:DEV:N`: a network interface name (IFNAMSIZ 16: at most 15 bytes, no '/'), an rx queue.
 _RPS = re.compile(r"rps:([A-Za-z0-9_.:@-]{1,15}):([0-9]{1,5})\Z", re.ASCII)
 
-# [housekeeping] (tuning/housekeeping.py): the profile's setting, and one drop-in per confined
-# unit; only these three units, each with its one file.
+# [housekeeping] (tuning/plugins/housekeeping.py): the profile's setting, and one drop-in per
+# confined unit; only these three units, each with its one file.
 CONFINE_KEY = "housekeeping:confine"
 CONFINABLE = ("system.slice", "user.slice", "init.scope")
 HOUSEKEEPING_DROPIN = "50-mcpnode-housekeeping.conf"
@@ -59,8 +59,8 @@ SET_PROPERTY_DROPIN = "/etc/systemd/system.control/{unit}.d/50-AllowedCPUs.conf"
 SYSTEMD_DROPINS = {
     f"systemd:{unit}": f"/etc/systemd/system/{unit}.d/{HOUSEKEEPING_DROPIN}" for unit in CONFINABLE
 }
-# [bootloader] (tuning/bootloader.py): the profile's setting, and one key per way of changing
-# the command line, each with the one path it changes (grubby edits the BLS entries itself;
+# [bootloader] (tuning/plugins/bootloader.py): the profile's setting, and one key per way of
+# changing the command line, each with the one path it changes (grubby edits the BLS entries itself;
 # mcpnode never writes under /boot).
 BOOTLOADER_KEY = "bootloader:cmdline"
 BOOT_PATHS = {
@@ -82,7 +82,6 @@ TCP_CC = "net.ipv4.tcp_congestion_control"
 AVAILABLE_FROM = {TCP_CC: "net.ipv4.tcp_available_congestion_control"}
 
 PROFILE_DIR_LOCAL = "/etc/mcpnode/profiles"
-JOURNAL_PATH = "/var/lib/mcpnode/tuning-journal.json"
 PERSIST_PATH = "/etc/sysctl.d/90-mcpnode.conf"
 
 # Sysctl names as profiles may write them: dot-separated segments of [a-z0-9_-], so `..`,

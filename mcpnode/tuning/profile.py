@@ -23,12 +23,12 @@
     governor = ["performance", "schedutil"]   # first one each cpufreq policy offers
     force_latency = 2                   # µs; PM QoS, held by the agent while it runs
 
-    [irq]                               # tuning/irq.py; needs the host's CPU partition
+    [irq]                               # plugins/irq.py, rps.py; needs the CPU partition
     policy = "housekeeping"             # device interrupts onto their node's housekeeping CPUs
     irqbalance = "ban-slices"           # IRQBALANCE_BANNED_CPULIST = the GPU slices
     rps = "housekeeping"                # NIC rx queues' packet steering onto the same CPUs
 
-    [housekeeping]                      # tuning/housekeeping.py; needs the CPU partition too
+    [housekeeping]                      # plugins/housekeeping.py; needs the CPU partition too
     confine = ["system.slice", "user.slice", "init.scope"]   # AllowedCPUs= drop-ins
 
 Locations: the system directory (the repository's top-level `profiles/` in a source checkout
@@ -65,35 +65,20 @@ from typing import Any, Literal
 from mcpnode.codec import toml_bounded
 from mcpnode.errors import HostError, RootError
 from mcpnode.host import Host
-from mcpnode.tuning import bootloader, keytypes, paths
+from mcpnode.tuning import paths, plugins
 from mcpnode.tuning.errors import ProfileError, ProfileNotFound
-from mcpnode.tuning.sensitive import sensitive_reason
-from mcpnode.tuning.values import AtLeast, Desired, Exact, Prefer
+from mcpnode.tuning.model import Setting
+from mcpnode.tuning.plugins import bootloader
+from mcpnode.tuning.plugins.base import SectionInput, module_list, text_problem
+from mcpnode.tuning.plugins.base import err as _err
+from mcpnode.tuning.values import AtLeast, Desired, Exact
 
 PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
-_TOKEN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z", re.ASCII)  # bbr, cubic, performance
-MAX_VALUE_BYTES = 4096
 # The largest shipped profile is ~7 KB; 1 MiB bounds the linear cost of parsing a hostile one.
 MAX_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16
-THP_CHOICES = ("always", "madvise", "never")
-SECTIONS = ("profile", "sysctl", "modules", "vm", "cpu", "irq", "housekeeping", "bootloader")
-IRQ_POLICIES = ("housekeeping", "off")
-IRQBALANCE_MODES = ("ban-slices", "leave")
 
 Origin = Literal["system", "local"]
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One resolved profile value. `key` is a sysctl name or `vm:transparent_hugepage` /
-    `cpu:governor` (paths.py); `source` the file whose value won; `comment` the comment block
-    written above it there (the why and the kernel default, by convention)."""
-
-    key: str
-    desired: Desired
-    source: str
-    comment: str
 
 
 @dataclass(frozen=True)
@@ -165,23 +150,6 @@ class ProfileInfo:
 # -- parsing one file (pure) ------------------------------------------------------------------
 
 
-def _text_problem(value: str, limit: int = MAX_VALUE_BYTES) -> str | None:
-    if len(value.encode("utf-8", errors="replace")) > limit:
-        return f"longer than {limit} bytes"
-    for ch in value:
-        if ch == "\t":
-            continue
-        if ch == "\n" or ch == "\r":
-            return "contains a newline (a sysctl takes one line)"
-        if ch == "\0":
-            return "contains a NUL byte"
-        if not (" " <= ch <= "~"):
-            return f"contains the character {ch!r} (only printable ASCII)"
-    if not value.strip():
-        return "is empty"
-    return None
-
-
 def _comments(text: str) -> dict[tuple[str, str], str]:
     """The comment block directly above each `key = ...` line, per section (best effort: a line
     scanner, not a TOML parser; only used for `explain` and `show`)."""
@@ -208,99 +176,6 @@ def _comments(text: str) -> dict[tuple[str, str], str]:
     return out
 
 
-def _err(file: str, key: str | None, detail: str, section: str | None = None) -> ProfileError:
-    return ProfileError(file, key, detail, section)
-
-
-def _token_list(file: str, section: str, key: str, what: str, value: object) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise _err(file, key, f"{what} must be a non-empty list of names", section)
-    out = []
-    for item in value:
-        if not isinstance(item, str) or not _TOKEN.match(item):
-            raise _err(file, key, f"{what}: {str(item)[:60]!r} is not a name", section)
-        out.append(item)
-    return tuple(out)
-
-
-def _module_list(file: str, section: str, key: str, value: object) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise _err(file, key, "must be a list of module names", section)
-    out = []
-    for item in value:
-        if not isinstance(item, str) or not paths.MODULE_NAME.match(item):
-            raise _err(file, key, f"{str(item)[:60]!r} is not a module name", section)
-        out.append(item)
-    return tuple(out)
-
-
-def _at_least(file: str, key: str, value: object) -> AtLeast:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _err(file, key, "min must be an integer or a string of integers", "sysctl")
-    if isinstance(value, int):
-        problem = keytypes.integer_problem(key, value)
-        if problem:
-            raise _err(file, key, f"min {problem}", "sysctl")
-        return AtLeast((value,))
-    problem = _text_problem(value)
-    if problem:
-        raise _err(file, key, f"min {problem}", "sysctl")
-    parts = value.split()
-    if not all(re.fullmatch(r"[+-]?[0-9]+", p, re.ASCII) for p in parts):
-        raise _err(file, key, f"min {value[:60]!r} is not made of integers", "sysctl")
-    problem = keytypes.text_problem(key, value)
-    if problem:
-        raise _err(file, key, f"min {problem}", "sysctl")
-    return AtLeast(tuple(int(p) for p in parts))
-
-
-def _sysctl_value(file: str, key: str, value: object) -> Desired:
-    if isinstance(value, bool):
-        raise _err(file, key, "a boolean is not a sysctl value (write 0 or 1)", "sysctl")
-    if isinstance(value, int):
-        problem = keytypes.integer_problem(key, value)
-        if problem:
-            raise _err(file, key, problem, "sysctl")
-        return Exact.of(value)
-    if isinstance(value, str):
-        problem = _text_problem(value) or keytypes.text_problem(key, value)
-        if problem:
-            raise _err(file, key, f"value {problem}", "sysctl")
-        return Exact.of(value)
-    if isinstance(value, dict):
-        return _sysctl_table(file, key, value)
-    kind = type(value).__name__
-    raise _err(file, key, f"wrong value type {kind}: use an integer, a string or a table", "sysctl")
-
-
-def _sysctl_table(file: str, key: str, table: dict[str, Any]) -> Desired:
-    fields = set(table)
-    if fields == {"min"}:
-        return _at_least(file, key, table["min"])
-    if "prefer" in fields and fields <= {"prefer", "fallback", "load"}:
-        if key not in paths.AVAILABLE_FROM:
-            known = ", ".join(sorted(paths.AVAILABLE_FROM))
-            raise _err(
-                file,
-                key,
-                f"prefer needs a kernel list of available values; supported for: {known}",
-                "sysctl",
-            )
-        prefer = _token_list(file, "sysctl", key, "prefer", table["prefer"])
-        fallback = table.get("fallback")
-        if fallback is not None and (not isinstance(fallback, str) or not _TOKEN.match(fallback)):
-            raise _err(file, key, "fallback must be one name", "sysctl")
-        load = _module_list(file, "sysctl", key, table.get("load", []))
-        return Prefer(prefer, fallback, load)
-    shown = ", ".join(sorted(fields)) or "nothing"
-    raise _err(
-        file,
-        key,
-        f"a table value takes either min, or prefer (+ fallback, load); got {shown}",
-        "sysctl",
-    )
-
-
 def _section(file: str, doc: dict[str, Any], name: str) -> dict[str, Any]:
     value = doc.get(name, {})
     if not isinstance(value, dict):
@@ -322,9 +197,10 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
         doc = toml_bounded.loads(text)
     except toml_bounded.TomlRejected as err:
         raise _err(file, None, f"not valid TOML: {err}") from None
+    known = ("profile", "modules", *plugins.sections())
     for name in doc:
-        if name not in SECTIONS:
-            raise _err(file, name, f"unknown section (allowed: {', '.join(SECTIONS)})")
+        if name not in known:
+            raise _err(file, name, f"unknown section (allowed: {', '.join(known)})")
     comments = _comments(text)
 
     head = _section(file, doc, "profile")
@@ -333,7 +209,7 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
     if not isinstance(name, str) or name != stem:
         raise _err(file, "name", f"must be {stem!r}, the file's name", "profile")
     summary = head.get("summary", "")
-    if not isinstance(summary, str) or (summary and _text_problem(summary, 400)):
+    if not isinstance(summary, str) or (summary and text_problem(summary, 400)):
         raise _err(file, "summary", "must be one line of printable text", "profile")
     raw_includes = head.get("include", [])
     if not isinstance(raw_includes, list):
@@ -366,54 +242,16 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
     )
 
     settings: list[Setting] = []
-    for key, value in _section(file, doc, "sysctl").items():
-        problem = paths.sysctl_key_problem(key)
-        if problem:
-            raise _err(file, key, problem, "sysctl")
-        why = sensitive_reason(key)
-        if why is not None and key not in allowed:
-            raise _err(
-                file,
-                key,
-                f"sensitive: {why}. Setting it needs `allow_sensitive = [{key!r}]` in this "
-                "file's [profile] table",
-                "sysctl",
-            )
-        note = comments.get(("sysctl", key), "")
-        settings.append(Setting(key, _sysctl_value(file, key, value), file, note))
-    boot = _section(file, doc, "bootloader")
-    _only(file, "bootloader", boot, ("cmdline", "isolate"))
     used_sensitive: set[str] = set()
-    if boot:
-        cmdline = boot.get("cmdline", [])
-        isolate = boot.get("isolate", [])
-        if not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline):
-            raise _err(file, "cmdline", "must be a list of kernel parameters", "bootloader")
-        for arg in cmdline:
-            problem = bootloader.arg_problem(arg)
-            if problem:
-                raise _err(file, "cmdline", problem, "bootloader")
-            flag = bootloader.sensitive_flag(arg)
-            why = bootloader.sensitive_arg(arg)
-            if why is not None and flag not in allowed:
-                raise _err(
-                    file,
-                    "cmdline",
-                    f"sensitive: {arg} {why}. It needs `allow_sensitive = [{flag!r}]` in this "
-                    "file's [profile] table",
-                    "bootloader",
-                )
-            if why is not None:
-                used_sensitive.add(flag)
-        if not isinstance(isolate, list) or not all(i in bootloader.ISOLATE for i in isolate):
-            raise _err(
-                file, "isolate", f"must be a list of {', '.join(bootloader.ISOLATE)}", "bootloader"
-            )
-        note = comments.get(("bootloader", "cmdline"), "") or comments.get(
-            ("bootloader", "isolate"), ""
-        )
-        value = Exact(bootloader.encode(cmdline, isolate))
-        settings.append(Setting(paths.BOOTLOADER_KEY, value, file, note))
+    for section in plugins.sections():
+        table = _section(file, doc, section)
+        options = plugins.options_of(section)
+        if options:
+            _only(file, section, table, options)
+        for subsystem in plugins.SUBSYSTEMS:
+            if subsystem.section == section:
+                given = SectionInput(file, table, comments, allowed, used_sensitive)
+                settings.extend(subsystem.parse(given))
     unused = sorted(allowed - {s.key for s in settings} - used_sensitive)
     if unused:
         raise _err(
@@ -423,65 +261,9 @@ def parse_profile(text: str, file: str, stem: str) -> ProfileDoc:
             "profile",
         )
 
-    vm = _section(file, doc, "vm")
-    _only(file, "vm", vm, ("transparent_hugepage",))
-    if "transparent_hugepage" in vm:
-        thp = vm["transparent_hugepage"]
-        if thp not in THP_CHOICES:
-            raise _err(
-                file, "transparent_hugepage", f"must be one of {', '.join(THP_CHOICES)}", "vm"
-            )
-        note = comments.get(("vm", "transparent_hugepage"), "")
-        settings.append(Setting(paths.THP_KEY, Exact(thp), file, note))
-
-    cpu = _section(file, doc, "cpu")
-    _only(file, "cpu", cpu, ("governor", "force_latency"))
-    if "force_latency" in cpu:
-        us = cpu["force_latency"]
-        if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 1_000_000:
-            raise _err(file, "force_latency", "must be microseconds, 0 to 1000000", "cpu")
-        note = comments.get(("cpu", "force_latency"), "")
-        settings.append(Setting(paths.FORCE_LATENCY_KEY, Exact.of(us), file, note))
-    if "governor" in cpu:
-        gov = cpu["governor"]
-        wanted = _token_list(
-            file, "cpu", "governor", "governor", [gov] if isinstance(gov, str) else gov
-        )
-        note = comments.get(("cpu", "governor"), "")
-        settings.append(Setting(paths.GOVERNOR_KEY, Prefer(wanted), file, note))
-
-    irq = _section(file, doc, "irq")
-    _only(file, "irq", irq, ("policy", "irqbalance", "rps"))
-    for option, key, choices in (
-        ("policy", paths.IRQ_POLICY_KEY, IRQ_POLICIES),
-        ("irqbalance", paths.IRQBALANCE_KEY, IRQBALANCE_MODES),
-        ("rps", paths.IRQ_RPS_KEY, IRQ_POLICIES),
-    ):
-        if option in irq:
-            value = irq[option]
-            if value not in choices:
-                raise _err(file, option, f"must be one of {', '.join(choices)}", "irq")
-            note = comments.get(("irq", option), "")
-            settings.append(Setting(key, Exact(value), file, note))
-
-    hk = _section(file, doc, "housekeeping")
-    _only(file, "housekeeping", hk, ("confine",))
-    if "confine" in hk:
-        units = hk["confine"]
-        if not isinstance(units, list) or not all(u in paths.CONFINABLE for u in units):
-            raise _err(
-                file,
-                "confine",
-                f"must be a list of {', '.join(paths.CONFINABLE)}",
-                "housekeeping",
-            )
-        note = comments.get(("housekeeping", "confine"), "")
-        text = " ".join(sorted(set(units), key=paths.CONFINABLE.index))
-        settings.append(Setting(paths.CONFINE_KEY, Exact(text or "none"), file, note))
-
     mods = _section(file, doc, "modules")
     _only(file, "modules", mods, ("load",))
-    modules = _module_list(file, "modules", "load", mods.get("load", []))
+    modules = module_list(file, "modules", "load", mods.get("load", []))
     return ProfileDoc(name, summary, file, tuple(includes), tuple(settings), modules)
 
 

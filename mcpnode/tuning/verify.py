@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcpnode.host import Host
+from mcpnode.tuning import plugins
+from mcpnode.tuning.model import PlanItem
 from mcpnode.tuning.partition import CpuPartition
-from mcpnode.tuning.paths import FORCE_LATENCY_KEY
-from mcpnode.tuning.plan import Plan, PlanItem, plan
+from mcpnode.tuning.plan import Plan, plan
 from mcpnode.tuning.profile import Profile
 from mcpnode.tuning.state import read_state
 
@@ -85,13 +86,18 @@ def drift_of(p: Plan) -> VerifyReport:
             item.action == "set"
             or (item.action == "needs-privilege" and item.current)
             # A PM QoS request not held now is not in force: drift, though apply cannot write
-            # it (only a running agent holds it: tuning/plan.py _latency_item).
-            or (item.key == FORCE_LATENCY_KEY and item.action == "skipped" and item.current)
+            # it (only a running agent holds it: tuning/plugins/pmqos.py).
+            or (item.action == "skipped" and item.current and _skipped_is_drift(item.key))
         ):
             drift.append(Drift(item.key, item.rule, item.desired, item.current, item.reason))
         else:
             unverified.append(item)
     return VerifyReport(p.profile, p, tuple(drift), tuple(unsupported), tuple(unverified))
+
+
+def _skipped_is_drift(key: str) -> bool:
+    subsystem = plugins.owner(key)
+    return subsystem is not None and subsystem.skipped_is_drift
 
 
 def verify(

@@ -37,12 +37,19 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpnode.codec.cpus import format_list
 from mcpnode.errors import CommandFailed, HostError
 from mcpnode.host import Host
-from mcpnode.tuning import paths, sensitive_cmdline
+from mcpnode.tuning import paths, privilege, sensitive_cmdline
+from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
+from mcpnode.tuning.outcome import Outcome
+from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, err
+from mcpnode.tuning.read import Absent, Reading, file_reading, optional
+from mcpnode.tuning.values import Exact
 
 ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/@+-]{1,256})?\Z", re.ASCII)
 ISOLATE = ("nohz_full", "rcu_nocbs", "isolcpus")
@@ -290,3 +297,138 @@ def regenerate_grub(host: Host) -> None:
     if regen is None:
         raise CommandFailed("grub", None, "no update-grub, grub2-mkconfig or grub-mkconfig")
     host.run_change(regen)
+
+
+# -- the subsystem ---------------------------------------------------------------------------
+
+
+class Bootloader(Subsystem):
+    """One setting, `bootloader:cmdline`; its item is keyed by the method found
+    (`bootloader:grub`, `bootloader:grubby`, ...), each with the one path it changes."""
+
+    name = "bootloader"
+    section = "bootloader"
+    options = ("cmdline", "isolate")
+
+    def owns(self, key: str) -> bool:
+        return key.startswith("bootloader:")
+
+    def parse(self, section: SectionInput) -> list[Setting]:
+        boot, file = section.table, section.file
+        if not boot:
+            return []
+        cmdline = boot.get("cmdline", [])
+        isolate = boot.get("isolate", [])
+        if not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline):
+            raise err(file, "cmdline", "must be a list of kernel parameters", "bootloader")
+        for arg in cmdline:
+            problem = arg_problem(arg)
+            if problem:
+                raise err(file, "cmdline", problem, "bootloader")
+            flag = sensitive_flag(arg)
+            why = sensitive_arg(arg)
+            if why is not None and flag not in section.allowed:
+                raise err(
+                    file,
+                    "cmdline",
+                    f"sensitive: {arg} {why}. It needs `allow_sensitive = [{flag!r}]` in this "
+                    "file's [profile] table",
+                    "bootloader",
+                )
+            if why is not None:
+                section.used.add(flag)
+        if not isinstance(isolate, list) or not all(i in ISOLATE for i in isolate):
+            raise err(file, "isolate", f"must be a list of {', '.join(ISOLATE)}", "bootloader")
+        note = section.comment("bootloader", "cmdline") or section.comment("bootloader", "isolate")
+        return [Setting(paths.BOOTLOADER_KEY, Exact(encode(cmdline, isolate)), file, note)]
+
+    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+        boot = detect(host)
+        draft.found[self.name] = boot
+        if boot.content is not None:
+            draft.readings[boot.path] = boot.content
+        draft.cmdline = optional(host, paths.PROC_CMDLINE)
+
+    def read_restore(self, host: Host, path: str) -> Reading | None:
+        if path == paths.BOOT_PATHS[paths.GRUBBY_KEY]:
+            args = grubby_args(host)
+            return args if args is not None else Absent("grubby does not answer")
+        if path == paths.BOOT_PATHS["bootloader:grub"]:
+            return file_reading(host, path)
+        return None
+
+    def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
+        boot = state.found.get(self.name)
+        return _boot_items(setting, state, boot if isinstance(boot, Boot) else None)
+
+    def write(self, host: Host, key: str, path: str, new: str, whole: bool) -> str | None:
+        """grubby: add the arguments `new` to every kernel, or with `whole` bring the default
+        kernel's arguments back to `new`. Returns the arguments before."""
+        if key != paths.GRUBBY_KEY:
+            return super().write(host, key, path, new, whole)
+        before = grubby_args(host) or ""
+        if whole:
+            grubby_restore(host, new)
+        else:
+            grubby_update(host, new.split())
+        return before
+
+    def current_text(self, host: Host, key: str, path: str) -> str | None:
+        if key == paths.GRUBBY_KEY:
+            return grubby_args(host)
+        return super().current_text(host, key, path)
+
+    def after_file_write(self, host: Host, key: str) -> None:
+        if key == "bootloader:grub":
+            regenerate_grub(host)  # GRUB reads grub.cfg, not the drop-in
+
+    def notes(self, host: Host, items: Sequence[PlanItem], done: Sequence[Outcome]) -> list[str]:
+        booted = [i for i in items if self.owns(i.key)]
+        if any(self.owns(o.key) for o in done):
+            return ["reboot required: the kernel command line changes at the next boot"]
+        if any("reboot required" in i.reason for i in booted):
+            return [next(i.reason for i in booted if "reboot required" in i.reason)]
+        return []
+
+
+def _boot_items(setting: Setting, state: HostState, boot: Boot | None) -> list[PlanItem]:
+    """One item: the boot configuration holds every wanted argument. `ok` says whether the
+    running kernel has them too, or that a reboot is required."""
+    assert isinstance(setting.desired, Exact)
+    src = setting.source
+    args, isolate = decode(setting.desired.text)
+    slices = format_list(state.partition.slices) if state.partition is not None else None
+    wanted = wanted_args(args, isolate, slices)
+    rule = "kernel command line: " + " ".join(args + [f"{i}=<GPU slices>" for i in isolate])
+    key = boot.key if boot is not None else setting.key
+    if wanted is None:
+        why = "the GPU slices are not known to this run (no current manifest)"
+        return [PlanItem(key, "", rule, None, None, "skipped", why, src)]
+    if boot is None or boot.method in ("kernelstub", "systemd-boot", "none"):
+        why = boot.why if boot is not None else "not detected"
+        return [PlanItem(key, "", rule, None, " ".join(wanted), "unsupported", why, src)]
+    if boot.configured is None or boot.content is None:
+        return [PlanItem(key, boot.path, rule, None, None, "skipped", boot.why, src, unread=True)]
+    running = split_cmdline(state.cmdline or "")
+    inactive = missing(wanted, running)
+    todo = missing(wanted, boot.configured)
+    current = boot.content if boot.method == "grub" else " ".join(boot.configured)
+    if boot.method == "grub":
+        keep = [a for a in boot.configured if a.partition("=")[0] not in last_values(wanted)]
+        desired = grub_dropin_text(keep + wanted)
+    else:
+        desired = " ".join(wanted)
+    after = (
+        "active now"
+        if not inactive
+        else (f"reboot required: {' '.join(inactive)} not in /proc/cmdline")
+    )
+    if not todo:
+        return [PlanItem(key, boot.path, rule, current, desired, "ok", f"configured; {after}", src)]
+    if boot.method == "grub" and boot.regen is None:
+        return [PlanItem(key, boot.path, rule, current, desired, "unsupported", boot.why, src)]
+    lacking = privilege.missing(key, state.privileges)
+    action: Action = "needs-privilege" if lacking is not None else "set"
+    how = "grubby --update-kernel=ALL" if boot.method == "grubby" else " ".join(boot.regen or ())
+    why = lacking or f"add {' '.join(todo)} ({how}); reboot required"
+    return [PlanItem(key, boot.path, rule, current, desired, action, why, src)]

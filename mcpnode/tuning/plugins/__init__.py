@@ -1,0 +1,83 @@
+"""The tuning subsystems, one module each, behind one registry.
+
+Every subsystem is a `Subsystem` (base.py): the profile section and keys it owns, `parse` its
+section, `read` the host, `plan` pure, `write` (and the hooks apply needs for a whole file).
+Verify re-plans with the same `plan`, so apply and verify share one code path. profile.py,
+state.py, plan.py and apply.py iterate `SUBSYSTEMS` and ask `subsystem_of(key)`; none of them
+names a subsystem.
+
+    sysctl.py        [sysctl]        /proc/sys values (exact, at-least, preference lists)
+    bootloader.py    [bootloader]    the kernel command line: GRUB drop-in or grubby
+    thp.py           [vm]            transparent huge pages
+    pmqos.py         [cpu]           force_latency: the PM QoS request the agent holds
+    governor.py      [cpu]           the cpufreq governor, per policy
+    irq.py           [irq]           interrupt affinity and irqbalance's banned CPUs
+    rps.py           [irq]           NIC rx queues' packet steering
+    housekeeping.py  [housekeeping]  AllowedCPUs= drop-ins for system.slice, user.slice, init.scope
+
+The order of SUBSYSTEMS is the order a profile file's settings are parsed in, so the order of
+the plan, of `apply --dry-run` and of `verify`.
+
+Adding a subsystem — say CPU power (the EPP and C-state limits of each CPU) — is one new file
+and one line here:
+
+1. `plugins/cpupower.py`: a `Subsystem` subclass with `name = "cpupower"`, `section = "cpu"`,
+   `options = ("epp", "max_cstate")` (the `[cpu]` keys it takes; they join governor's and
+   force_latency's), `owns()` true for its setting keys (`cpu:epp`) and item keys
+   (`cpu:epp:cpu3`), `parse` (validate with base.err and friends), `read` (into the draft's
+   `readings` for one-file values, `found[self.name]` for anything else), `plan` (base.value_item
+   compares and decides for a one-file value; `unusable` answers an absent or unreadable one).
+   `write` defaults to writing the value with a newline, which sysfs values need.
+2. Add `cpupower.CpuPower()` to SUBSYSTEMS below, where its settings should come in the plan.
+3. New item keys need their path in paths.path_of (the journal accepts only paths it names)
+   and their privilege in privilege.py.
+"""
+
+from __future__ import annotations
+
+from mcpnode.tuning.plugins import bootloader, governor, housekeeping, irq, pmqos, rps, sysctl, thp
+from mcpnode.tuning.plugins.base import Subsystem
+
+SUBSYSTEMS: tuple[Subsystem, ...] = (
+    sysctl.Sysctl(),
+    bootloader.Bootloader(),
+    thp.TransparentHugepages(),
+    pmqos.PmQos(),
+    governor.Governor(),
+    irq.Irq(),
+    rps.Rps(),
+    housekeeping.Housekeeping(),
+)
+
+
+def owner(key: str) -> Subsystem | None:
+    """The subsystem that owns `key` (a setting's, a plan item's or a journal entry's); the
+    sysctl one for a dotted name; None for a key no subsystem owns (`module:NAME`)."""
+    for subsystem in SUBSYSTEMS:
+        if subsystem.owns(key):
+            return subsystem
+    return None
+
+
+def subsystem_of(key: str) -> Subsystem:
+    """owner(), for a key that has one. Raises KeyError for one that has none."""
+    subsystem = owner(key)
+    if subsystem is None:
+        raise KeyError(key)
+    return subsystem
+
+
+def sections() -> tuple[str, ...]:
+    """The profile sections the subsystems own, in the order they are parsed."""
+    return tuple(dict.fromkeys(s.section for s in SUBSYSTEMS))
+
+
+def options_of(section: str) -> tuple[str, ...]:
+    """The keys a section takes, across its subsystems; () when any key (`[sysctl]`)."""
+    out: list[str] = []
+    for subsystem in SUBSYSTEMS:
+        if subsystem.section == section:
+            if not subsystem.options:
+                return ()
+            out.extend(subsystem.options)
+    return tuple(out)

@@ -1,0 +1,289 @@
+"""The shape every tuning subsystem has (tuned's plugins/base.py is the peer): the profile keys
+it owns, parse its section, read the host, plan, write. Verify is not a method: it re-plans
+with the same `plan`, so it cannot drift from apply.
+
+Also here: what the subsystems share to do so, the profile field checks (`err`,
+`text_problem`, `token_list`, `module_list`) and the plan's common answers (`unusable`,
+`same_cpus`).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mcpnode.codec import cpus
+from mcpnode.host import Host
+from mcpnode.tuning import paths, privilege
+from mcpnode.tuning.errors import ProfileError
+from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
+from mcpnode.tuning.outcome import Outcome
+from mcpnode.tuning.partition import CpuPartition
+from mcpnode.tuning.read import Absent, Reading, Unreadable
+from mcpnode.tuning.values import Choice, Exact, Prefer, compare, describe, resolve, target
+
+MAX_VALUE_BYTES = 4096
+TOKEN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z", re.ASCII)  # bbr, cubic, performance
+
+# A host without GPU slices (no GPUs, or none with a NUMA node) has nothing to keep work off:
+# moving every interrupt onto one housekeeping core there would only hurt.
+NO_SLICES = "no GPU slices on this host: nothing to keep off, left as it is"
+NO_PARTITION = "the GPU slices are not known to this run (no current manifest, no discovery)"
+
+
+@dataclass
+class SectionInput:
+    """One profile file's section, as a subsystem parses it. `allowed`: the file's
+    `allow_sensitive`; a subsystem adds to `used` the sensitive names it consumed that are not
+    setting keys (kernel parameters), so the file's list can be checked to be exact."""
+
+    file: str
+    table: Mapping[str, Any]
+    comments: Mapping[tuple[str, str], str]
+    allowed: frozenset[str]
+    used: set[str] = field(default_factory=set)
+
+    def comment(self, section: str, key: str) -> str:
+        return self.comments.get((section, key), "")
+
+
+@dataclass
+class StateDraft:
+    """What read_state gathers, filled by each subsystem's `read` (HostState's fields)."""
+
+    readings: dict[str, Reading] = field(default_factory=dict)
+    available: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    modules: set[str] = field(default_factory=set)  # modules to look for in /sys/module
+    cmdline: str | None = None
+    policies: tuple[str, ...] | None = None
+    found: dict[str, object] = field(default_factory=dict)
+
+
+class Subsystem(ABC):
+    """One tuning subsystem. `name` keys its entry in HostState.found; `section` and `options`
+    are the profile table and keys it owns (`options` empty: every key of the section)."""
+
+    name: ClassVar[str]
+    section: ClassVar[str]
+    options: ClassVar[tuple[str, ...]] = ()
+    # verify counts a `skipped` item with a current value as drift (a PM QoS request that is
+    # only held while the agent runs), where for others skipped means unverified.
+    skipped_is_drift: ClassVar[bool] = False
+    # Whether writing "" as a whole file removes it (a drop-in) or writes it empty.
+    empty_file_removes: ClassVar[bool] = True
+
+    @abstractmethod
+    def owns(self, key: str) -> bool:
+        """Whether `key` (a profile setting's, a plan item's or a journal entry's) is ours."""
+
+    @abstractmethod
+    def parse(self, section: SectionInput) -> list[Setting]:
+        """The settings of this section's `options`. Raises ProfileError."""
+
+    @abstractmethod
+    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+        """Read what planning `setting` needs into `draft`, through Host only."""
+
+    @abstractmethod
+    def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
+        """Decide (pure) the items of `setting` on a host in `state`."""
+
+    def modules_for(
+        self, setting: Setting, items: Sequence[PlanItem], state: HostState
+    ) -> list[tuple[str, str]]:
+        """(module, why) to load before this setting can be satisfied."""
+        return []
+
+    def read_restore(self, host: Host, path: str) -> Reading | None:
+        """A journaled path of ours read for its restore, or None: read as one value."""
+        return None
+
+    def write(self, host: Host, key: str, path: str, new: str, whole: bool) -> str | None:
+        """Write one value that is not a whole file (paths.FILE_KEYS are written by apply,
+        atomically, with `file_text`). Returns the value before when it reads it itself, else
+        None. Raises HostError."""
+        host.write_text(path, new + "\n")
+        return None
+
+    def file_text(self, key: str, before: str, new: str) -> str:
+        """The whole file to write for `new` over `before` (not for restores)."""
+        return new
+
+    def after_file_write(self, host: Host, key: str) -> None:
+        """What makes a written file take effect (grub-mkconfig). Raises HostError."""
+        return None
+
+    def current_text(self, host: Host, key: str, path: str) -> str | None:
+        """A whole-file key's current text before a restore ("" when absent). Raises HostError."""
+        return host.read_optional(path, limit=1 << 16) or ""
+
+    def refused_as_managed(self, key: str, outcome: Outcome) -> bool:
+        """Whether a failed write is the kernel keeping the value its own (not a failure)."""
+        return False
+
+    def notes(self, host: Host, items: Sequence[PlanItem], done: Sequence[Outcome]) -> list[str]:
+        """What the person who applied should know after the writes."""
+        return []
+
+
+# -- profile fields -------------------------------------------------------------------------
+
+
+def err(file: str, key: str | None, detail: str, section: str | None = None) -> ProfileError:
+    return ProfileError(file, key, detail, section)
+
+
+def text_problem(value: str, limit: int = MAX_VALUE_BYTES) -> str | None:
+    if len(value.encode("utf-8", errors="replace")) > limit:
+        return f"longer than {limit} bytes"
+    for ch in value:
+        if ch == "\t":
+            continue
+        if ch == "\n" or ch == "\r":
+            return "contains a newline (a sysctl takes one line)"
+        if ch == "\0":
+            return "contains a NUL byte"
+        if not (" " <= ch <= "~"):
+            return f"contains the character {ch!r} (only printable ASCII)"
+    if not value.strip():
+        return "is empty"
+    return None
+
+
+def token_list(file: str, section: str, key: str, what: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise err(file, key, f"{what} must be a non-empty list of names", section)
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not TOKEN.match(item):
+            raise err(file, key, f"{what}: {str(item)[:60]!r} is not a name", section)
+        out.append(item)
+    return tuple(out)
+
+
+def module_list(file: str, section: str, key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise err(file, key, "must be a list of module names", section)
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not paths.MODULE_NAME.match(item):
+            raise err(file, key, f"{str(item)[:60]!r} is not a module name", section)
+        out.append(item)
+    return tuple(out)
+
+
+def one_of(
+    section: SectionInput, name: str, option: str, choices: tuple[str, ...], key: str
+) -> list[Setting]:
+    """The setting `key` of section `name`'s `option` when given, which must be one of
+    `choices` (an exact value); none when absent. Raises ProfileError."""
+    if option not in section.table:
+        return []
+    value = section.table[option]
+    if value not in choices:
+        raise err(section.file, option, f"must be one of {', '.join(choices)}", name)
+    note = section.comment(name, option)
+    return [Setting(key, Exact(str(value)), section.file, note)]
+
+
+# -- plan answers ----------------------------------------------------------------------------
+
+
+def unusable(
+    key: str, path: str, rule: str, reading: Reading | None, source: str
+) -> PlanItem | None:
+    """The item for a key whose current value cannot be compared, or None when it can."""
+    if reading is None or isinstance(reading, Absent):
+        why = reading.reason if reading is not None else f"{path} was not read"
+        return PlanItem(key, path, rule, None, None, "unsupported", why, source)
+    if isinstance(reading, Unreadable):
+        # Never write a value whose original could not be saved (tuned skips these too).
+        action: Action = "needs-privilege" if reading.denied else "skipped"
+        return PlanItem(key, path, rule, None, None, action, reading.reason, source, unread=True)
+    return None
+
+
+def placement_gate(
+    setting: Setting, found: object, missing: str, no_housekeeping: str, state: HostState
+) -> list[PlanItem] | CpuPartition:
+    """For a setting that places work on the housekeeping CPUs (`[irq] policy`, `rps`): no
+    items when it is off, one saying why when it cannot be planned here (`found`, what was
+    read, is not a tuple: `missing`; the partition is unknown, has no housekeeping CPUs:
+    `no_housekeeping`, or no GPU slices), else the partition to place against."""
+    key, src = setting.key, setting.source
+    if not isinstance(setting.desired, Exact) or setting.desired.text == "off":
+        return []
+    if not isinstance(found, tuple):
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", missing, src)]
+    part = state.partition
+    if part is None:
+        return [PlanItem(key, "", "housekeeping", None, None, "skipped", NO_PARTITION, src)]
+    if not part.housekeeping:
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", no_housekeeping, src)]
+    if not part.slices:
+        return [PlanItem(key, "", "housekeeping", None, None, "unsupported", NO_SLICES, src)]
+    return part
+
+
+def same_cpus(a: str, b: str) -> bool:
+    try:
+        return cpus.parse_list(a, groups=False) == cpus.parse_list(b, groups=False)
+    except ValueError:
+        return False
+
+
+def can_load(module: str, state: HostState) -> bool:
+    return (
+        state.live
+        and state.modules is not None
+        and module not in state.modules
+        and privilege.missing(f"module:{module}", state.privileges) is None
+    )
+
+
+def value_item(
+    key: str,
+    path: str,
+    setting: Setting,
+    state: HostState,
+    problem: Callable[[str, frozenset[str] | None, str | None], tuple[Action, str] | None]
+    | None = None,
+) -> PlanItem:
+    """The item of a one-file value (a sysctl, a sysfs setting): compared by values.compare,
+    a preference list resolved against what the kernel offers. `problem(want, available,
+    cmdline)`: why a value that differs is not to be written (THP set on the command line)."""
+    rule = describe(setting.desired)
+    reading = state.readings.get(path)
+    found = unusable(key, path, rule, reading, setting.source)
+    if found is not None:
+        return found
+    assert isinstance(reading, str)
+    desired = setting.desired
+    available = state.available.get(path)
+    if isinstance(desired, Prefer):
+        loadable = any(can_load(m, state) for m in desired.load)
+        choice: Choice = resolve(desired, available, can_load=loadable)
+        if choice.value is None:
+            return PlanItem(
+                key, path, rule, reading, None, "unsupported", choice.reason, setting.source
+            )
+        verdict = compare(reading, Exact(choice.value))
+        write = choice.value
+        reason = f"{verdict.reason} ({choice.reason})"
+    else:
+        verdict = compare(reading, desired)
+        write = target(reading, desired)
+        reason = verdict.reason
+    if verdict.ok:
+        return PlanItem(key, path, rule, reading, write, "ok", reason, setting.source)
+    skip = problem(write, available, state.cmdline) if problem is not None else None
+    if skip is not None:
+        action, why = skip
+        return PlanItem(key, path, rule, reading, write, action, why, setting.source)
+    lacking = privilege.missing(key, state.privileges)
+    if lacking is not None:
+        return PlanItem(key, path, rule, reading, write, "needs-privilege", lacking, setting.source)
+    return PlanItem(key, path, rule, reading, write, "set", reason, setting.source)

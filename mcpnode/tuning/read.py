@@ -1,0 +1,68 @@
+"""The read primitives every tuning subsystem shares: one file as a `Reading`. A leaf of
+tuning: it imports Host and paths only, so state.py and every plugin can use it.
+
+The result type is the leaf layer's (mcpnode/codec/reading.py), shared with the audit; it is
+re-exported here for the plugins. Values are kept as the kernel's text (trailing newline
+removed). A file that is not there is
+`Absent` (the key does not exist on this kernel); one that cannot be read is `Unreadable`
+(EACCES: `net.core.bpf_jit_harden` needs CAP_SYS_ADMIN even to read). Neither is ever an
+empty string or a zero.
+"""
+
+from __future__ import annotations
+
+from mcpnode.codec.reading import Absent, Reading, Unreadable
+from mcpnode.errors import AccessDenied, HostError, PathNotFound
+from mcpnode.host import Host
+from mcpnode.tuning import paths
+
+__all__ = ["Absent", "Reading", "Unreadable", "file_reading", "optional", "read_value", "tokens"]
+
+
+def read_value(host: Host, path: str) -> Reading:
+    """One file as a Reading; sysctl paths must also resolve strictly under /proc/sys."""
+    try:
+        text = host.read_optional(path)
+    except AccessDenied as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
+    except HostError as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
+    if text is None:
+        return Absent(f"no {path} on this kernel")
+    if path.startswith(paths.SYSCTL_ROOT + "/") and not host.is_live:
+        # A fake root may hold symlinks; a key must not read (or later write) anything that
+        # is not a sysctl. /proc/sys itself has no symlinks, so the live root skips this.
+        try:
+            real = host.realpath(path)
+        except PathNotFound:
+            return Absent(f"no {path} on this kernel")
+        except HostError as err:
+            return Unreadable(f"cannot resolve {path}: {err.detail}", denied=False)
+        if not paths.is_sysctl_path(real):
+            return Unreadable(f"{path} resolves to {real}, outside /proc/sys", denied=False)
+    return text.rstrip("\n")
+
+
+def file_reading(host: Host, path: str, limit: int = 1 << 16) -> Reading:
+    """A whole configuration file as a Reading: its text exactly (no newline stripped), "" when
+    it does not exist (the drop-in is not there yet), Unreadable when it cannot be read."""
+    try:
+        text = host.read_optional(path, limit=limit)
+    except AccessDenied as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
+    except HostError as err:
+        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
+    return "" if text is None else text
+
+
+def optional(host: Host, path: str) -> str | None:
+    """The file's value, or None when it is absent or cannot be read."""
+    value = read_value(host, path)
+    return value if isinstance(value, str) else None
+
+
+def tokens(text: str | None) -> frozenset[str] | None:
+    """The words of a kernel list (`[madvise] always never`: the brackets removed)."""
+    if text is None:
+        return None
+    return frozenset(t.strip("[]") for t in text.split())
