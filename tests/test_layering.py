@@ -13,6 +13,8 @@ PKG = Path(__file__).resolve().parents[1] / "mcpnode"
 LAYERS = [
     "printable",
     "bounded",
+    # The exit statuses, shared by the agent and the CLI above it.
+    "exitcodes",
     "errors",
     "logs",
     "host",

@@ -250,7 +250,7 @@ def test_runtime_directory_is_shared_and_kept() -> None:
 
 
 def test_agent_unit_contract() -> None:
-    from mcpnode.agent.service import EXIT_CONFIG
+    from mcpnode.exitcodes import EXIT_CONFIG
 
     unit = load(AGENT_UNIT)
     svc = unit["Service"]

@@ -21,9 +21,10 @@ agent enforces that profile from then on, logged as `journal.adopted`), an opera
 *pauses* enforcement (`journal.rolled-back`) until `systemctl reload mcpnode`. It never fights
 the operator. A remediation that finds the lock held is retried at the next interval.
 
-Exit codes: 0 clean stop; 78 (EX_CONFIG) a configuration or profile that cannot be used at
-start, so the node is never left running untuned on defaults nobody chose (tuned#851); 1 any
-other failure at start (unreadable journal, unusable root) or an incomplete rollback at stop.
+Exit codes (mcpnode/exitcodes.py): 0 clean stop; 78 (EX_CONFIG) a configuration or profile
+that cannot be used at start, so the node is never left running untuned on defaults nobody
+chose (tuned#851); 1 any other failure at start (unreadable journal, unusable root) or an
+incomplete rollback at stop.
 
 Every effect is logged as one structlog event with fields: each write (tuning/apply.py),
 `drift`, `drift.remediated`, `drift.contested`, `pin`, `rediscover`, `manifest.published`,
@@ -52,6 +53,7 @@ from mcpnode.agent.loop import Loop, Timer
 from mcpnode.agent.notify import Notifier
 from mcpnode.agent.sources import UDEV_CONTROL, DeviceEvent
 from mcpnode.errors import HostError, LockBusy, McpnodeError
+from mcpnode.exitcodes import EXIT_AGENT_FAILED, EXIT_CONFIG, EXIT_OK
 from mcpnode.host import FileStat, Host
 from mcpnode.placement.build import Built, build_all
 from mcpnode.placement.exporters import nfd
@@ -73,10 +75,6 @@ from mcpnode.tuning.paths import CPU_DMA_LATENCY, FORCE_LATENCY_KEY
 from mcpnode.tuning.profile import Profile, load_profile
 from mcpnode.tuning.values import Exact
 from mcpnode.tuning.verify import VerifyReport, verify
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_CONFIG = 78  # EX_CONFIG, sysexits.h; the unit's RestartPreventExitStatus=78
 
 # How long the agent waits for an operator's run to release the state lock. At start and stop
 # it can wait (TimeoutStartSec/TimeoutStopSec are minutes); inside the loop it must not block
@@ -222,7 +220,7 @@ class Agent:
             self.backend = open_backend(self.host)
             self.topology = discover(self.host, self.backend)
         except McpnodeError as err:
-            raise StartupFailed(EXIT_FAILED, f"discovery: {err}") from err
+            raise StartupFailed(EXIT_AGENT_FAILED, f"discovery: {err}") from err
         try:
             with self.store.lock.hold(START_LOCK_WAIT_S):
                 recovered = recover(self.host, self.store, self.log)
@@ -235,9 +233,9 @@ class Agent:
                 self._apply("start")
                 self._write_state()
         except LockBusy as err:
-            raise StartupFailed(EXIT_FAILED, f"the state lock: {err}") from err
+            raise StartupFailed(EXIT_AGENT_FAILED, f"the state lock: {err}") from err
         except McpnodeError as err:
-            raise StartupFailed(EXIT_FAILED, f"recovering the tuning journal: {err}") from err
+            raise StartupFailed(EXIT_AGENT_FAILED, f"recovering the tuning journal: {err}") from err
         self._publish("start")
         self._start_metrics()
         self._start_sources()
@@ -972,7 +970,7 @@ class Agent:
                     result = rollback(self.host, self.store, self.log)
             except McpnodeError as err:
                 self.log.error("rollback.failed", error=str(err))
-                self.exit_code = EXIT_FAILED
+                self.exit_code = EXIT_AGENT_FAILED
             else:
                 self.log.info("rollback", profile=result.profile, restored=len(result.outcomes))
         self.loop.stop()
