@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from mcpnode.agent.http import MetricsServer
 from mcpnode.agent.loop import Loop
-from mcpnode.agent.metrics import AgentMetrics, MetricsServer
+from mcpnode.agent.metrics import AgentMetrics
 from mcpnode.agent.sources import DeviceEvent, InjectSource
 from tests import auditroot
 from tests.agentproc import AgentProc

@@ -269,7 +269,7 @@ class Agent:
         address = self.config.metrics_address
         if address is None:
             return
-        from mcpnode.agent.metrics import MetricsServer
+        from mcpnode.agent.http import MetricsServer
 
         try:
             self.server = MetricsServer(self.loop, self.metrics, address[0], address[1], self.log)
