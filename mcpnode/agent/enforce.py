@@ -493,7 +493,10 @@ class Enforcer:
         except HostError as err:
             self.log.error("state.write-failed", path=AGENT_STATE_PATH, error=str(err))
 
-    def remove_state(self) -> None:
+    def close(self) -> None:
+        """At stop: withdraw the PM QoS request and remove the state file (the agent no
+        longer vouches for anything)."""
+        self.latency.close()
         with contextlib.suppress(McpnodeError):
             self.host.remove(AGENT_STATE_PATH)
 

@@ -363,8 +363,7 @@ class Agent:
             self.server.close()
             self.server = None
         self.publisher.close_backend()
-        self.enforcer.latency.close()
-        self.enforcer.remove_state()
+        self.enforcer.close()
         self.publisher.remove_exports()
         self.metrics.set_ready(False)
         self.notifier.close()
