@@ -26,7 +26,6 @@ from typing import Any
 from bench_tuning import median_s
 
 from mcpnode.agent.config import AgentConfig
-from mcpnode.agent.metrics import AgentMetrics
 from mcpnode.agent.service import Agent
 from mcpnode.host import Host
 from mcpnode.tuning.profile import load_profile
@@ -163,16 +162,16 @@ def bench_reconcile(tmp: Path, rounds: int = 300) -> dict[str, Any]:
     (root / "etc/mcpnode/profiles/sixty.toml").write_text("".join(lines))
     host = Host(str(root))
     agent = Agent(host, host, "/etc/mcpnode/mcpnode.toml")
-    agent.config = AgentConfig(profile="sixty", drift_mode="report")
-    agent.profile = load_profile("sixty", host)
-    agent.metrics = AgentMetrics()
+    agent.enforcer.configure(
+        AgentConfig(profile="sixty", drift_mode="report"), load_profile("sixty", host)
+    )
 
     def plain() -> None:
         for key in keys:
             with open(root / "proc/sys" / key.replace(".", "/")) as f:
                 f.read()
 
-    t_cycle = median_s(agent.reconcile, rounds)
+    t_cycle = median_s(agent.enforcer.reconcile, rounds)
     t_plain = median_s(plain, rounds)
     print(f"\n== One reconcile cycle, {PROFILE_KEYS}-key profile, nothing drifted (in process)")
     print(

@@ -17,9 +17,19 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
+
+
+class EventLog(Protocol):
+    """What code that logs events takes: structlog's logger (`structlog.get_logger`), or a
+    test's recorder. One event name, then the event's fields as keywords."""
+
+    def debug(self, event: str, **fields: Any) -> object: ...
+    def info(self, event: str, **fields: Any) -> object: ...
+    def warning(self, event: str, **fields: Any) -> object: ...
+    def error(self, event: str, **fields: Any) -> object: ...
 
 
 def _stderr_logger(*_args: Any) -> structlog.PrintLogger:

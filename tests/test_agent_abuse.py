@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from mcpnode.agent.http import MetricsServer
 from mcpnode.agent.loop import Loop
-from mcpnode.agent.metrics import AgentMetrics, MetricsServer
+from mcpnode.agent.metrics import AgentMetrics
 from mcpnode.agent.sources import DeviceEvent, InjectSource
 from tests import auditroot
 from tests.agentproc import AgentProc
@@ -242,7 +243,7 @@ def test_a_reload_that_takes_too_long_is_rejected(
 ) -> None:
     """Reading the configuration is bounded in time (SIGALRM on the loop thread): a parse that
     does not end is rejected like a bad file, the old configuration kept."""
-    from mcpnode.agent import service
+    from mcpnode.agent import reload, service
     from mcpnode.agent.notify import Notifier
     from mcpnode.host import Host
 
@@ -252,10 +253,9 @@ def test_a_reload_that_takes_too_long_is_rejected(
 
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     agent = service.Agent(Host(root), Host("/"), "/etc/mcpnode/mcpnode.toml", notifier=Notifier())
-    agent.metrics = AgentMetrics()
     old = agent.config
-    monkeypatch.setattr(service, "RELOAD_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(service, "load_config", endless)
+    monkeypatch.setattr(reload, "RELOAD_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(reload, "load_config", endless)
     assert agent.reload() is False
     assert agent.config is old
     s = samples(agent.metrics.render())

@@ -43,7 +43,7 @@ from mcpnode.agent.config import (
 )
 from mcpnode.audit.expectation import Expectation
 from mcpnode.cli.config_cmd import as_toml, config, summary_line
-from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
+from mcpnode.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
 from mcpnode.host import Host
 
 # tomllib is 3.11+; tomli (the same parser) is a dependency on 3.10.

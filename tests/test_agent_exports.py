@@ -103,7 +103,7 @@ def test_written_where_configured_with_an_expiry(
     assert "Type=h100 " in (root / SLURM).read_text()  # slurm_type = "short"
     left = expiry(root) - datetime.now(timezone.utc)
     assert timedelta(seconds=290) < left <= timedelta(seconds=300)
-    refresh = agent._timers["nfd-refresh"]
+    refresh = agent.timers["nfd-refresh"]
     assert refresh.when - agent.clock() == pytest.approx(100.0)
 
 
@@ -119,7 +119,7 @@ def test_refreshed_before_it_expires(started: tuple[Agent, Path, Clock, Log]) ->
     )
     assert expiry(root) - datetime.now(timezone.utc) > timedelta(seconds=290)
     assert log.named("export.refreshed") == [{"kind": "nfd", "path": "/" + NFD}]
-    assert agent._timers["nfd-refresh"].when - clock() == pytest.approx(100.0)  # and again
+    assert agent.timers["nfd-refresh"].when - clock() == pytest.approx(100.0)  # and again
 
 
 def test_a_failed_refresh_is_retried(started: tuple[Agent, Path, Clock, Log]) -> None:
@@ -131,7 +131,7 @@ def test_a_failed_refresh_is_retried(started: tuple[Agent, Path, Clock, Log]) ->
     agent.loop.run_once(max_wait=0)
     failed = log.named("export.failed")
     assert failed and failed[-1]["kind"] == "nfd"
-    assert "nfd-refresh" in agent._timers
+    assert "nfd-refresh" in agent.timers
     features.rmdir()
     clock.now += 100.0
     agent.loop.run_once(max_wait=0)
@@ -149,7 +149,7 @@ def test_reload_removes_what_is_turned_off_or_moved(
     )
     assert agent.reload() is True
     assert not (root / NFD).exists()  # turned off: its labels must not stay behind
-    assert "nfd-refresh" not in agent._timers
+    assert "nfd-refresh" not in agent.timers
     assert not (root / PROM).exists() and (root / "srv/other/mcpnode.prom").is_file()
     reasons = {(e["kind"], e["reason"]) for e in log.named("export.removed")}
     assert reasons == {("nfd", "disabled"), ("prom", "moved")}
@@ -181,6 +181,6 @@ def test_no_expiry_when_configured_off(tmp_path: Path) -> None:
     agent._start()
     try:
         assert nfd.expiry_of((root / NFD).read_text()) is None
-        assert "nfd-refresh" not in agent._timers
+        assert "nfd-refresh" not in agent.timers
     finally:
         agent._close()

@@ -27,6 +27,12 @@ class Log:
     def info(self, event: str, **kw: Any) -> None:
         self.events.append(("info", event, kw))
 
+    def warning(self, event: str, **kw: Any) -> None:
+        self.events.append(("warning", event, kw))
+
+    def debug(self, event: str, **kw: Any) -> None:
+        self.events.append(("debug", event, kw))
+
 
 @pytest.fixture
 def log() -> Log:

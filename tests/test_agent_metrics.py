@@ -20,16 +20,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpnode import __version__
+from mcpnode.agent.http import MAX_HEAD_BYTES, MetricsBindError, MetricsServer
 from mcpnode.agent.loop import Loop
 from mcpnode.agent.metrics import (
     CONTENT_TYPE,
     EVENT_SOURCES,
     MAX_DEVICES_UNKNOWN,
     MAX_ERROR_NUMBERS,
-    MAX_HEAD_BYTES,
     AgentMetrics,
-    MetricsBindError,
-    MetricsServer,
 )
 from mcpnode.audit.model import Finding, Status
 from mcpnode.audit.xid import CATALOG
@@ -909,7 +907,7 @@ def test_head_with_gzip_has_the_compressed_length(
 
 
 def test_header_fields_are_parsed_strictly() -> None:
-    from mcpnode.agent.metrics import _headers
+    from mcpnode.agent.http import _headers
 
     head = (
         b"GET /metrics HTTP/1.1\r\nAccept: a\r\nAccept : ignored\r\n no-colon\r\n"

@@ -171,6 +171,8 @@ def test_inject_on_a_loop(inject: Inject) -> None:
         def error(self, event: str, **kw: Any) -> None:
             raise AssertionError(f"{event} {kw}")
 
+        warning = info = debug = error
+
     loop = Loop(Log())
     try:
         loop.add_reader(inject.source, inject.source.on_readable, inject.source.name)

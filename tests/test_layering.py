@@ -14,6 +14,8 @@ LAYERS = [
     # Pure value codecs (cpulists and masks, bounded decimals, TOML and YAML, records, read
     # results, printable text): the leaf every layer may import.
     "codec",
+    # The exit statuses, shared by the agent and the CLI above it.
+    "exitcodes",
     "errors",
     "logs",
     "host",

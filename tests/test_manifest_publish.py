@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_ERROR
 from mcpnode.cli.main import cli, main
 from mcpnode.errors import ManifestError, PathNotFound
+from mcpnode.exitcodes import EXIT_DATAERR, EXIT_ERROR
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import (

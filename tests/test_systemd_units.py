@@ -149,7 +149,8 @@ WRITERS = {
     "mcpnode/placement/manifest.py": "the manifest",
     "mcpnode/state/agentstate.py": "the agent's state file",
     "mcpnode/placement/exporters/write.py": "exporter files (`mcpnode export`)",
-    "mcpnode/agent/service.py": "exporter files; removes the state file at stop",
+    "mcpnode/agent/publish.py": "exporter files; removes the nfd and prom ones at stop",
+    "mcpnode/agent/enforce.py": "removes the agent's state file at stop",
     "mcpnode/cli/main.py": "`mcpnode audit --output` (mcpnode-audit.service)",
     "mcpnode/placement/systemd.py": "`mcpnode systemd-dropin --write`: by hand, never the agent",
     "mcpnode/cli/fast.py": "`python -m mcpnode.cli.fast --write-help`: its own help_text.py",
@@ -252,7 +253,7 @@ def test_runtime_directory_is_shared_and_kept() -> None:
 
 
 def test_agent_unit_contract() -> None:
-    from mcpnode.agent.service import EXIT_CONFIG
+    from mcpnode.exitcodes import EXIT_CONFIG
 
     unit = load(AGENT_UNIT)
     svc = unit["Service"]

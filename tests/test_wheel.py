@@ -138,8 +138,8 @@ _mcpnode_completion mcpnode; echo "choices: ${{COMPREPLY[*]}}"
 
 
 def test_the_exit_statuses_on_the_man_page_are_the_codes() -> None:
-    """mcpnode(1) lists every exit status mcpnode/cli/exitcodes.py defines, and no other."""
-    from mcpnode.cli import exitcodes
+    """mcpnode(1) lists every exit status mcpnode/exitcodes.py defines, and no other."""
+    from mcpnode import exitcodes
     from tools import manpages
 
     codes = {v for k, v in vars(exitcodes).items() if k.startswith("EXIT_")}

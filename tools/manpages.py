@@ -30,10 +30,14 @@ COMPLETE_VAR = "_MCPNODE_COMPLETE"
 # name, zsh's fpath wants `_name`, fish `name.fish`).
 COMPLETION_FILES = {"bash": "mcpnode", "zsh": "_mcpnode", "fish": "mcpnode.fish"}
 
-# The exit statuses every command shares, for mcpnode(1): mcpnode/cli/exitcodes.py, in words.
+# The exit statuses every command shares, for mcpnode(1): mcpnode/exitcodes.py, in words.
 EXIT_STATUS = (
     ("0", "success"),
-    ("1", "the command ran and found something wrong (an audit FAIL, tuning drift)"),
+    (
+        "1",
+        "the command ran and found something wrong (an audit FAIL, tuning drift); "
+        "mcpnode agent: a failure at start, or an incomplete rollback at stop",
+    ),
     ("2", "the command could not do its job (an unreadable root, a failed write)"),
     ("3", "verify could not tell (a key unreadable, no active profile)"),
     ("64", "usage error: a bad option or argument, an unknown profile (EX_USAGE)"),
@@ -42,6 +46,7 @@ EXIT_STATUS = (
     ("69", "the placement names CPUs or NUMA nodes this machine lacks (EX_UNAVAILABLE)"),
     ("75", "another mcpnode run holds the state lock; try again (EX_TEMPFAIL)"),
     ("77", "pin refused by a safety check (EX_NOPERM)"),
+    ("78", "mcpnode agent: its configuration or profile cannot be used (EX_CONFIG)"),
     ("127", "exec: the command is not found or not executable"),
 )
 ENVIRONMENT = (

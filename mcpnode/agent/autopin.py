@@ -26,11 +26,12 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from mcpnode.agent.config import PinRule
 from mcpnode.errors import HostError, PinRefused, PlacementUnavailable, ProcessGone, UsageError
 from mcpnode.host import Host
+from mcpnode.logs import EventLog
 from mcpnode.placement.apply import PF_KTHREAD, Target, choose_target, merge_env, pin_process
 from mcpnode.placement.plan import Placement
 from mcpnode.topology.model import CpuSet, Gpu, Topology
@@ -462,7 +463,7 @@ class AutoPinner:
         live: Host,
         rules: tuple[PinRule, ...],
         scope: Scope,
-        log: Any,
+        log: EventLog,
         migrate: bool = False,
     ) -> None:
         self.live = live

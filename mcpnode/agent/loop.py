@@ -21,7 +21,9 @@ import selectors
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
+
+from mcpnode.logs import EventLog
 
 Callback = Callable[[], None]
 
@@ -55,7 +57,7 @@ class Timer:
 class Loop:
     def __init__(
         self,
-        log: Any,
+        log: EventLog,
         clock: Callable[[], float] = time.monotonic,
         on_error: Callable[[str, BaseException], None] | None = None,
         on_latency: Callable[[str, float], None] | None = None,
@@ -150,3 +152,34 @@ class Loop:
 
     def close(self) -> None:
         self._sel.close()
+
+
+class Timers:
+    """Named one-shot timers on a `Loop`: scheduling a name again replaces the pending one, so
+    each of the agent's periodic jobs (drift, pin, watchdog, nfd-refresh, the rediscovery
+    debounce, health) has at most one timer due."""
+
+    def __init__(self, loop: Loop) -> None:
+        self._loop = loop
+        self._pending: dict[str, Timer] = {}
+
+    def schedule(self, name: str, delay: float, callback: Callback) -> None:
+        old = self._pending.get(name)
+        if old is not None:
+            old.cancel()
+        self._pending[name] = self._loop.call_later(delay, callback, name)
+
+    def cancel(self, name: str) -> None:
+        timer = self._pending.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def fired(self, name: str) -> None:
+        """Forget `name`'s timer: its callback is running now."""
+        self._pending.pop(name, None)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._pending
+
+    def __getitem__(self, name: str) -> Timer:
+        return self._pending[name]

@@ -28,7 +28,8 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 from mcpnode.agent.rtnl import parse_links
 
@@ -49,6 +50,17 @@ class DeviceEvent:
 
 
 OnEvent = Callable[[DeviceEvent], None]
+
+
+class Source(Protocol):
+    """What the agent needs of an event source: the fd the loop waits on, a drain when it is
+    readable, a name for the loop's logs, and close."""
+
+    name: str
+
+    def fileno(self) -> int: ...
+    def on_readable(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class UdevSource:
@@ -167,7 +179,7 @@ class SignalSource:
         self._w.close()
 
 
-def _noop(_signum: int, _frame: Any) -> None:
+def _noop(_signum: int, _frame: FrameType | None) -> None:
     """The real handling happens on the loop thread, from the wakeup fd."""
 
 

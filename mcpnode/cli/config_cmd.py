@@ -78,7 +78,7 @@ def _fail(ctx: click.Context, err: ConfigError, fmt: str = "text") -> NoReturn:
     """Report a ConfigError the way `check` promises: one line, EX_NOINPUT or EX_DATAERR (and
     with --format json, the same as a document on stdout)."""
     from mcpnode.agent.config import ConfigUnreadable
-    from mcpnode.cli.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
+    from mcpnode.exitcodes import EXIT_DATAERR, EXIT_NO_PROCESS
 
     if fmt == "json":
         click.echo(check_json(None, err), nl=False)

@@ -7,16 +7,6 @@ from __future__ import annotations
 
 import sys
 
-from mcpnode.cli.exitcodes import (
-    EXIT_DATAERR,
-    EXIT_ERROR,
-    EXIT_LOCKED,
-    EXIT_NO_PROCESS,
-    EXIT_NOT_FOUND,
-    EXIT_REFUSED,
-    EXIT_UNAVAILABLE,
-    EXIT_USAGE,
-)
 from mcpnode.errors import (
     CommandNotFound,
     HostError,
@@ -30,6 +20,16 @@ from mcpnode.errors import (
     ProcessGone,
     RootError,
     UsageError,
+)
+from mcpnode.exitcodes import (
+    EXIT_DATAERR,
+    EXIT_ERROR,
+    EXIT_LOCKED,
+    EXIT_NO_PROCESS,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
 )
 
 

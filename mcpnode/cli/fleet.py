@@ -22,7 +22,7 @@ def fleet_report(ctx: click.Context, directory: str, fmt: str) -> None:
     agrees, 1 on outliers, no majority or unreadable manifests, 2 when DIR holds no manifest
     or cannot be read."""
     # Imported here, not at the top: main.py imports this module to register the command.
-    from mcpnode.cli.exitcodes import EXIT_FINDINGS
+    from mcpnode.exitcodes import EXIT_FINDINGS
     from mcpnode.fleet import render
     from mcpnode.fleet.load import load_fleet
     from mcpnode.fleet.report import compare

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from mcpnode.tuning.partition import CpuPartition
     from mcpnode.tuning.profile import Profile
 
-from mcpnode.cli.exitcodes import (
+from mcpnode.exitcodes import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,

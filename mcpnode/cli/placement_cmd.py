@@ -22,7 +22,7 @@ def ps(ctx: click.Context, root: str, fresh: bool, fmt: str) -> None:
     memory is, against the GPU's placement: placed, misplaced (and why) or unknown.
     Exit 0 when every process is placed, 1 when one is misplaced, 3 when one is unknown."""
     from mcpnode.agent.autopin import find_gpu_processes
-    from mcpnode.cli.exitcodes import EXIT_FINDINGS, EXIT_UNKNOWN
+    from mcpnode.exitcodes import EXIT_FINDINGS, EXIT_UNKNOWN
     from mcpnode.host import Host
     from mcpnode.placement.ps import Found, ps_rows
     from mcpnode.placement.source import resolve

@@ -58,7 +58,7 @@ def probe(
     from dataclasses import replace
 
     from mcpnode.cli import render_probe
-    from mcpnode.cli.exitcodes import EXIT_FINDINGS
+    from mcpnode.exitcodes import EXIT_FINDINGS
     from mcpnode.host import Host
     from mcpnode.probe.command import run_probe
     from mcpnode.probe.live import DEFAULT_SETTINGS
