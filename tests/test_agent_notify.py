@@ -227,3 +227,29 @@ def test_default_env_is_the_process_environment(monkeypatch: pytest.MonkeyPatch)
     n = Notifier()
     assert not n.enabled
     assert n.watchdog_interval == 2.0
+
+
+def test_keepalive_pings_once_the_interval_has_passed() -> None:
+    """Long work on the loop's thread calls keepalive() between its steps: a ping only when half
+    of WatchdogSec passed since the last one, whoever sent it (the loop's timer or keepalive)."""
+    now = [100.0]
+    n = Notifier({"WATCHDOG_USEC": "2000000"}, clock=lambda: now[0])
+    n.keepalive()  # no ping yet: due
+    assert list(n.sent) == ["WATCHDOG=1"]
+    now[0] += 0.9
+    n.keepalive()
+    assert len(n.sent) == 1
+    now[0] += 0.1
+    n.keepalive()
+    assert len(n.sent) == 2
+    now[0] += 0.5
+    n.watchdog()  # the loop's timer
+    now[0] += 0.9
+    n.keepalive()
+    assert len(n.sent) == 3
+
+
+def test_keepalive_without_a_watchdog_sends_nothing() -> None:
+    n = Notifier({})
+    n.keepalive()
+    assert list(n.sent) == []

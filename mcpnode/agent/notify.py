@@ -7,7 +7,10 @@ VMs notifying their host) are not used for services and are refused.
 
 The watchdog interval comes from `WATCHDOG_USEC`, honoured only when `WATCHDOG_PID` is unset
 or names this process (sd_watchdog_enabled(3)): a child that inherited the environment must
-not ping on its parent's behalf. The agent pings at half the interval, the usual advice.
+not ping on its parent's behalf. The agent pings at half the interval, the usual advice, from
+its loop's timer; work that runs longer than that on the loop's one thread (the audit of a
+republish reading a flooded kernel log) calls `keepalive()` between its steps, which pings when
+the interval has passed since the last ping.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 SENT_KEPT = 64  # the last messages, for logs and tests; the watchdog pings for the uptime
 
@@ -24,8 +27,14 @@ SENT_KEPT = 64  # the last messages, for logs and tests; the watchdog pings for 
 class Notifier:
     """Sends sd_notify messages; a no-op when not started by systemd (no `$NOTIFY_SOCKET`)."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         env = os.environ if env is None else env
+        self._clock = clock
+        self._last_ping: float | None = None
         self.address = _address(env.get("NOTIFY_SOCKET", ""))
         self.watchdog_usec = _watchdog_usec(env)
         self._sock: socket.socket | None = None
@@ -78,7 +87,18 @@ class Notifier:
         return self.notify("STOPPING=1", f"STATUS={_one_line(status)}")
 
     def watchdog(self) -> bool:
+        self._last_ping = self._clock()
         return self.notify("WATCHDOG=1")
+
+    def keepalive(self) -> None:
+        """WATCHDOG=1 when the watchdog is on and its ping interval has passed since the last
+        ping: for long work on the loop's thread, called between its steps (so between two
+        steps at most the interval and one step pass). Cheap when not due: one clock read."""
+        interval = self.watchdog_interval
+        if interval is None:
+            return
+        if self._last_ping is None or self._clock() - self._last_ping >= interval:
+            self.watchdog()
 
     def close(self) -> None:
         if self._sock is not None:

@@ -65,8 +65,11 @@ class Publisher:
         observed_xids: Callable[[], tuple[XidEvent, ...]],
         rediscovered: Callable[[GpuBackend | None, Topology], None],
         status: Callable[[], None],
+        keepalive: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
+        # The watchdog ping a long republish calls between its audit's steps (Notifier.keepalive)
+        self.keepalive = keepalive
         self.log = log
         self.metrics = metrics
         self.timers = timers
@@ -107,6 +110,7 @@ class Publisher:
                 observed_xids=self.observed_xids(),
                 expect=self.config.expect,
                 expect_source=self.config.file if self.config.expect else None,
+                keepalive=self.keepalive,
             )
         except McpnodeError as err:
             self.log.error("manifest.build-failed", reason=reason, error=str(err))

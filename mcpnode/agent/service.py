@@ -121,6 +121,7 @@ class Agent:
             observed_xids=self._observed_xids,
             rediscovered=self._rediscovered,
             status=self._status,
+            keepalive=self.notifier.keepalive,
         )
         self.pinning = Pinning(
             live,

@@ -4,6 +4,7 @@ driver version, the cgroup mode, privilege, the tuning profile. Built once per a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,6 +45,9 @@ class AuditContext:
     # The housekeeping CPUs and GPU slices `[irq]` is checked against, when the caller planned
     # placement; None: audit/tuning.py reads the published manifest's.
     partition: CpuPartition | None = None
+    # Called between areas (audit/run.py): the agent's watchdog ping (agent/notify.py
+    # Notifier.keepalive), which must not wait for a whole audit; None for a one-shot audit.
+    keepalive: Callable[[], None] | None = None
 
     @property
     def has_gpus(self) -> bool:

@@ -116,6 +116,8 @@ def run_areas(
     for area in areas:
         if not _area_wanted(area.prefix, only, skip):
             continue
+        if ctx.keepalive is not None:
+            ctx.keepalive()
         stage = "collector"
         try:
             facts = area.collect(host, ctx)

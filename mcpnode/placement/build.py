@@ -83,11 +83,13 @@ def build_all(
     observed_xids: tuple[XidEvent, ...] = (),
     expect: Expectation | None = None,
     expect_source: str | None = None,
+    keepalive: Callable[[], None] | None = None,
 ) -> Built:
     """make_manifest, keeping the topology, placement and audit report it was built from.
 
     `observed_xids` and `expect` reach the audit's context (the agent's NVML XID events and its
-    [expect] table)."""
+    [expect] table); `keepalive` is called between the audit's long steps (the agent's
+    watchdog ping)."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
     # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
@@ -107,6 +109,7 @@ def build_all(
             expect_source=expect_source,
         ),
         partition=partition,
+        keepalive=keepalive,
     )
     profile = ctx.profile
     tuning: VerifyReport | str | None
