@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tarfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -118,6 +119,41 @@ def test_recorded_into_a_snapshot(tmp_path: Path) -> None:
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(root, arcname="mcpnode-snapshot")
     assert Host(tarball).read_kmsg().records == RECORDS
+
+
+def test_scan_hands_over_read_kmsgs_records_a_batch_at_a_time(tmp_path: Path) -> None:
+    """scan_kmsg: the records read_kmsg reads, in batches (a record with continuation lines
+    never split between two), none kept; the newest max_bytes of a file, as read_kmsg."""
+    lines = [f"6,{i},{i * 1000},-;line {i}" for i in range(1000)]
+    lines[500] += "\n SUBSYSTEM=pci\n DEVICE=+pci:0000:16:00.0"
+    root = kmsg_root(tmp_path, "".join(x + "\n" for x in lines) + "6,1000,0,-;no newline")
+    host = Host(root)
+    batches: list[tuple[str, ...]] = []
+    got = host.scan_kmsg(batches.append, batch_bytes=1000)
+    assert len(batches) > 10 and max(len("\n".join(b)) for b in batches) < 2000
+    assert sum(batches, ()) == host.read_kmsg().records
+    assert got == (1001, False, 0, 0, False)
+    batches.clear()
+    cut = host.scan_kmsg(batches.append, max_bytes=5000, batch_bytes=1000)
+    assert sum(batches, ()) == host.read_kmsg(max_bytes=5000).records and cut.truncated
+    # records coming faster than the scan reads: it stops at its bound and says so
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.write(w, "".join(x + "\n" for x in lines).encode())  # 17 kB; a read(2) takes 8 kB
+    with mock.patch.object(Host, "open_kmsg", return_value=KmsgStream(r, None, "/dev/kmsg")):
+        stopped = host.scan_kmsg(lambda _: None, max_bytes=9000, batch_bytes=8192)
+    os.close(w)
+    assert stopped.unread and not stopped.truncated and 0 < stopped.records < 1000
+
+
+def test_a_scan_is_recorded_into_a_snapshot_as_a_read(tmp_path: Path) -> None:
+    root = kmsg_root(tmp_path, "".join(r + "\n" for r in RECORDS))
+    host = Host(root)
+    with host.recording() as rec:
+        host.read_kmsg()
+    with host.recording() as scanned:
+        host.scan_kmsg(lambda _: None, batch_bytes=200)
+    assert scanned.files["/dev/kmsg"] == rec.files["/dev/kmsg"]
 
 
 def test_live_kmsg_reads_without_blocking() -> None:

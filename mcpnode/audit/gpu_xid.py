@@ -1,6 +1,7 @@
 """XID and SXID errors since boot, from the kernel log (audit/xid.py parses; this reads).
 
-Where the log comes from: /dev/kmsg (Host.read_kmsg; a root's `dev/kmsg` file); when that is
+Where the log comes from: /dev/kmsg (Host.scan_kmsg, a batch at a time, each record parsed and
+counted as it comes and none kept; a root's `dev/kmsg` file); when that is
 refused (kernel.dmesg_restrict without CAP_SYSLOG) or absent, the kernel messages of the
 journal (`journalctl -k -b -o short-monotonic`, through Host.command, so a snapshot keeps the
 answer). XIDs the agent saw through NVML events (AuditContext.observed_xids) stand in only when
@@ -20,8 +21,8 @@ NVML reports no remap pending: the GPU was reset since, so it is reported, not c
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
@@ -73,15 +74,18 @@ NVSWITCH_CLASS = 0x0680  # "bridge, other" (NVSwitch; hwloc matches it the same 
 
 @dataclass(frozen=True)
 class KernelLog:
-    """The kernel log as the collector got it: `records` when read, else why not (`read`
-    says missing / denied / error, as for any file)."""
+    """The kernel log as the collector read it: how many records and the first one's time, else
+    (`records` None) why not (`read` says missing / denied / error, as for any file). The
+    records themselves went to the collector's tallies as they were read (read_log)."""
 
     source: str  # /dev/kmsg or the journalctl command line
-    records: tuple[LogRecord, ...] | None
+    records: int | None  # how many were read; None: no log could be read
     read: FileRead
-    truncated: bool = False
+    truncated: bool = False  # older records dropped to stay in bounds
     overwritten: int = 0
     journal: CommandResult | None = None  # the fallback's answer, when it was tried
+    first_usec: int | None = None  # the first record's time since boot
+    unread: bool = False  # reading stopped at its bound with newer records left
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,8 @@ class GpuRef:
 @dataclass(frozen=True)
 class XidFacts:
     log: KernelLog
-    xids: tuple[XidEvent, ...]
-    sxids: tuple[SxidEvent, ...]
+    xids: XidTallies  # the log's XIDs, counted while it was read
+    sxids: SxidTallies
     observed: tuple[XidEvent, ...]  # from NVML events (the agent), used without a log
     gpus: tuple[GpuRef, ...]
     switches: tuple[PciAddress, ...]
@@ -122,34 +126,88 @@ def read_policy(host: HostReader) -> tuple[XidPolicy, str | None]:
         return DEFAULT, str(err)
 
 
-def read_log(host: HostReader) -> KernelLog:
-    """The kernel log through `host`: /dev/kmsg, else the journal. Never raises."""
+OnRecords = Callable[[Iterable[LogRecord], str], None]  # records, "kmsg" or "journal"
+
+
+def read_log(
+    host: HostReader, on_records: OnRecords, keepalive: Callable[[], None] | None
+) -> KernelLog:
+    """The kernel log through `host`: /dev/kmsg, else the journal, its records handed to
+    `on_records` a batch at a time and not kept (Host.scan_kmsg), `keepalive` called after
+    each batch. Never raises but what `on_records` and `keepalive` raise."""
     kmsg = paths.KMSG
+    first: list[int | None] = []  # the first record's time, once seen
+    count = 0
+
+    def on_kmsg(batch: tuple[str, ...]) -> None:
+        nonlocal count
+        records = [r for r in map(parse_kmsg_record, batch) if r is not None]
+        if records and not first:
+            first.append(records[0].usec)
+        count += len(records)
+        on_records(records, "kmsg")
+        if keepalive is not None:
+            keepalive()
+
     try:
-        got = host.read_kmsg()
+        got = host.scan_kmsg(on_kmsg)
     except (PathNotFound, AccessDenied, HostError) as err:
+        if count:
+            # Failed part way (EIO): the journal would count what was counted again, so the
+            # area fails with the error instead.
+            raise
         denied = isinstance(err, AccessDenied)
         missing = isinstance(err, PathNotFound)
         read = FileRead(kmsg, Absent(f"no {kmsg}") if missing else Unreadable(err.detail, denied))
     else:
-        records = tuple(r for r in map(parse_kmsg_record, got.records) if r is not None)
-        return KernelLog(kmsg, records, FileRead(kmsg, ""), got.truncated, got.overwritten)
+        return KernelLog(
+            kmsg,
+            count,
+            FileRead(kmsg, ""),
+            got.truncated,
+            got.overwritten,
+            first_usec=first[0] if first else None,
+            unread=got.unread,
+        )
     journal = host.command(JOURNAL_ARGV)
     if journal.found and journal.returncode == 0:
         lines = journal.stdout.splitlines()
-        records = tuple(r for r in map(parse_journal_line, lines) if r is not None)
+        records = [r for r in map(parse_journal_line, lines) if r is not None]
+        on_records(records, "journal")
         source = " ".join(JOURNAL_ARGV)
-        return KernelLog(source, records, FileRead(source, ""), journal=journal)
+        return KernelLog(
+            source,
+            len(records),
+            FileRead(source, ""),
+            journal=journal,
+            first_usec=records[0].usec if records else None,
+        )
     return KernelLog(kmsg, None, read, journal=journal)
 
 
 def collect(host: HostReader, ctx: AuditContext) -> XidFacts:
-    log = read_log(host)
-    source = "kmsg" if log.source == paths.KMSG else "journal"
-    records = log.records or ()
-    xids = tuple(x for x in (parse_xid(r, source) for r in records) if x is not None)
-    sxids = tuple(x for x in map(parse_sxid, records) if x is not None)
+    # The policy first: each XID's rank under it is decided as the XID is counted.
+    policy, error = read_policy(host)
     topo = ctx.topology
+    xids = XidTallies({g.address for g in topo.gpus}, policy)
+    sxids = SxidTallies(
+        {
+            d.address
+            for d in topo.pci_devices
+            if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code == NVSWITCH_CLASS
+        }
+    )
+
+    def on_records(records: Iterable[LogRecord], source: str) -> None:
+        for r in records:
+            x = parse_xid(r, source)
+            if x is not None:
+                xids.add(x)
+            sx = parse_sxid(r)
+            if sx is not None:
+                sxids.add(sx)
+
+    log = read_log(host, on_records, ctx.keepalive)
     gpus = tuple(
         GpuRef(g.index, g.address, g.nvml.remapped_rows_pending if g.nvml else None)
         for g in topo.gpus
@@ -160,7 +218,6 @@ def collect(host: HostReader, ctx: AuditContext) -> XidFacts:
         if d.vendor_id == NVIDIA_VENDOR_ID and d.class_code == NVSWITCH_CLASS
     )
     uptime = uptime_of(read_file(host, paths.UPTIME).text)
-    policy, error = read_policy(host)
     return XidFacts(log, xids, sxids, ctx.observed_xids, gpus, switches, uptime, policy, error)
 
 
@@ -172,12 +229,14 @@ def check(facts: XidFacts, ctx: AuditContext) -> list[Finding]:
     if not facts.gpus and not facts.xids and not facts.switches:
         return []  # no GPU, no XID: gpu.present says it once for every GPU check
     log = facts.log
-    events = facts.xids
+    tallies = facts.xids
     if log.records is None:
         if not facts.observed:
             return [_no_log(facts, ctx)]
-        events = facts.observed
-    out = _xid_findings(facts, events)
+        tallies = XidTallies({g.address for g in facts.gpus}, facts.policy)
+        for e in facts.observed:
+            tallies.add(e)
+    out = _xid_findings(facts, tallies)
     out.extend(_sxid_findings(facts))
     if facts.policy_error is not None:
         out.insert(
@@ -197,15 +256,17 @@ def _log_evidence(facts: XidFacts) -> Evidence:
     log = facts.log
     if log.records is None:
         return Evidence(log.source, "unreadable; XIDs from the agent's NVML events")
-    value = f"{len(log.records)} records"
-    if log.records and log.records[0].usec is not None:
-        value += f" since {since_boot(log.records[0].usec)} after boot"
+    value = f"{log.records} records"
+    if log.records and log.first_usec is not None:
+        value += f" since {since_boot(log.first_usec)} after boot"
     if facts.uptime_s is not None:
         value += f"; up {since_boot(int(facts.uptime_s * 1_000_000))}"
     if log.truncated:
         value += "; older records dropped (over mcpnode's bound)"
     if log.overwritten:
         value += f"; the kernel overwrote records {log.overwritten} time(s) while reading"
+    if log.unread:
+        value += "; newer records not read (over mcpnode's bound)"
     return Evidence(log.source, value)
 
 
@@ -267,42 +328,49 @@ class _Tally:
             self.migs.add(e.mig)
 
 
-def _tally(
-    events: tuple[XidEvent, ...], known: set[PciAddress], policy: XidPolicy
-) -> tuple[dict[PciAddress, dict[int, _Tally]], dict[int, _Tally], set[PciAddress]]:
-    """Events per GPU and Xid number: (this host's GPUs and the first MAX_ABSENT_GPUS other
-    addresses; every other address together; those other addresses, up to one past the bound).
-    Numbers past MAX_XIDS_PER_GPU on one GPU are counted under _OTHER_XID."""
-    by_gpu: dict[PciAddress, dict[int, _Tally]] = {}
-    absent = 0
-    rest: dict[int, _Tally] = {}
-    rest_addresses: set[PciAddress] = set()
-    for e in events:
+class XidTallies:
+    """The XIDs per GPU and number, counted as they are met: this host's GPUs (`known`) and the
+    first MAX_ABSENT_GPUS other addresses in `by_gpu`; every other address together in `rest`,
+    those addresses in `rest_addresses` (up to one past the bound, enough to say "more than").
+    Numbers past MAX_XIDS_PER_GPU on one GPU are counted under _OTHER_XID. Each event's rank is
+    decided under `policy` as it is counted."""
+
+    def __init__(self, known: set[PciAddress], policy: XidPolicy) -> None:
+        self.known = known
+        self.policy = policy
+        self.by_gpu: dict[PciAddress, dict[int, _Tally]] = {}
+        self.rest: dict[int, _Tally] = {}
+        self.rest_addresses: set[PciAddress] = set()
+        self._absent = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.by_gpu or self.rest)
+
+    def add(self, e: XidEvent) -> None:
         address = _gpu_key(e.address)
-        groups = by_gpu.get(address)
+        groups = self.by_gpu.get(address)
         if groups is None:
-            if address in known or absent < MAX_ABSENT_GPUS:
-                absent += address not in known
-                groups = by_gpu[address] = {}
+            if address in self.known or self._absent < MAX_ABSENT_GPUS:
+                self._absent += address not in self.known
+                groups = self.by_gpu[address] = {}
             else:
-                groups = rest
-                if len(rest_addresses) <= MAX_ABSENT_GPUS:  # enough to say "more than"
-                    rest_addresses.add(address)
+                groups = self.rest
+                if len(self.rest_addresses) <= MAX_ABSENT_GPUS:
+                    self.rest_addresses.add(address)
         key = e.xid
         if key not in groups and len(groups) >= MAX_XIDS_PER_GPU:
             key = _OTHER_XID
-        rank = _RANK[decide(policy, e.xid, e.action).status]
+        rank = _RANK[decide(self.policy, e.xid, e.action).status]
         tally = groups.get(key)
         if tally is None:
             groups[key] = _Tally(1, e, e, e, rank, {e.mig} if e.mig is not None else set())
         else:
             tally.add(e, rank)
-    return by_gpu, rest, rest_addresses
 
 
-def _xid_findings(facts: XidFacts, events: tuple[XidEvent, ...]) -> list[Finding]:
+def _xid_findings(facts: XidFacts, tallies: XidTallies) -> list[Finding]:
     refs = {g.address: g for g in facts.gpus}
-    by_gpu, rest, rest_addresses = _tally(events, set(refs), facts.policy)
+    by_gpu, rest, rest_addresses = tallies.by_gpu, tallies.rest, tallies.rest_addresses
     log_ev = _log_evidence(facts)
     out = []
     for address in sorted(set(refs) | set(by_gpu)):
@@ -440,17 +508,54 @@ def _gpu_finding(
     return Finding("gpu.xid", Status(status), summary, tuple(ev), remedy, bus)
 
 
-def _sxid_findings(facts: XidFacts) -> list[Finding]:
-    # Bounded as the XIDs are: this host's NVSwitches, MAX_ABSENT_GPUS other addresses, then
-    # one finding (key None) for the rest.
-    known = set(facts.switches)
-    by_switch: dict[PciAddress | None, list[SxidEvent]] = defaultdict(list)
-    for e in facts.sxids:
+@dataclass
+class _SxidTally:
+    """The events of one SXid number on one NVSwitch, counted as they are met: how many, the
+    severities they carried, the last one."""
+
+    count: int
+    severities: set[str]
+    last: SxidEvent
+
+
+@dataclass
+class SxidTallies:
+    """The SXIDs per NVSwitch and number, counted as they are met, bounded as the XIDs are: this
+    host's NVSwitches (`known`), MAX_ABSENT_GPUS other addresses, then one key (None) for the
+    rest; per switch MAX_XIDS_PER_GPU numbers, then one key (-1) for the rest. `fatal`: the
+    switches with a fatal one."""
+
+    known: set[PciAddress]
+    by_switch: dict[PciAddress | None, dict[int, _SxidTally]] = field(default_factory=dict)
+    fatal: set[PciAddress | None] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_switch)
+
+    def add(self, e: SxidEvent) -> None:
         key: PciAddress | None = e.switch
-        if key not in by_switch and key not in known:
-            absent = len(by_switch.keys() - known - {None})
+        if key not in self.by_switch and key not in self.known:
+            absent = len(self.by_switch.keys() - self.known - {None})
             key = key if absent < MAX_ABSENT_GPUS else None
-        by_switch[key].append(e)
+        grouped = self.by_switch.setdefault(key, {})
+        sxid = e.sxid
+        if sxid not in grouped and len(grouped) >= MAX_XIDS_PER_GPU:
+            sxid = -1  # numbers past the bound, together
+        tally = grouped.get(sxid)
+        if tally is None:
+            tally = grouped[sxid] = _SxidTally(0, set(), e)
+        tally.count += 1
+        tally.last = e
+        if e.severity is not None:
+            tally.severities.add(e.severity)
+        if e.severity == "fatal":
+            self.fatal.add(key)
+
+
+def _sxid_findings(facts: XidFacts) -> list[Finding]:
+    # Bounded as the XIDs are (SxidTallies).
+    known = set(facts.switches)
+    by_switch = facts.sxids.by_switch
     if facts.log.records is None:
         return []  # said by gpu.xid; SXIDs have no NVML event stand-in
     if not facts.switches and not by_switch:
@@ -466,9 +571,9 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
     out = []
     addresses = sorted(known | {k for k in by_switch if k is not None})
     for switch in [*addresses, *([None] if None in by_switch else [])]:
-        events = by_switch.get(switch, [])
+        grouped = by_switch.get(switch, {})
         bus = str(switch) if switch is not None else OTHER_SUBJECT
-        if not events:
+        if not grouped:
             out.append(
                 Finding(
                     "gpu.sxid",
@@ -480,24 +585,17 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
                 )
             )
             continue
-        grouped: dict[int, list[SxidEvent]] = defaultdict(list)
-        for e in events:
-            sxid = e.sxid
-            if sxid not in grouped and len(grouped) >= MAX_XIDS_PER_GPU:
-                sxid = -1  # numbers past the bound, together
-            grouped[sxid].append(e)
         ev = [log_ev]
-        for sxid, group in sorted(grouped.items(), key=lambda kv: (kv[0] < 0, kv[0])):
-            severities = sorted({e.severity for e in group if e.severity is not None})
-            last = group[-1]
+        for sxid, t in sorted(grouped.items(), key=lambda kv: (kv[0] < 0, kv[0])):
+            last = t.last
             ev.append(
                 Evidence(
                     f"SXid {sxid}" if sxid >= 0 else "other SXIDs",
-                    f"x{len(group)} ({', '.join(severities) or 'severity not logged'}), last "
-                    f"at {since_boot(last.usec)} after boot: {last.detail[:160]}",
+                    f"x{t.count} ({', '.join(sorted(t.severities)) or 'severity not logged'}), "
+                    f"last at {since_boot(last.usec)} after boot: {last.detail[:160]}",
                 )
             )
-        fatal = any(e.severity == "fatal" for e in events)
+        fatal = switch in facts.sxids.fatal
         ids = ", ".join(str(x) for x in sorted(grouped) if x >= 0)
         if -1 in grouped:
             ids += " and more"

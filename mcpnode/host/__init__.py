@@ -31,7 +31,14 @@ the compressors are imported inside the calls that need them.
 
 from __future__ import annotations
 
-from mcpnode.host.kmsg import KMSG_MAX_BYTES, KMSG_PATH, HostKmsg, KmsgRead, KmsgStream
+from mcpnode.host.kmsg import (
+    KMSG_MAX_BYTES,
+    KMSG_PATH,
+    HostKmsg,
+    KmsgRead,
+    KmsgScan,
+    KmsgStream,
+)
 from mcpnode.host.process import MPOL_MODES, MempolicyMode
 from mcpnode.host.read import (
     FILE_READ_LIMIT,
@@ -60,6 +67,7 @@ __all__ = [
     "HostReader",
     "HostWriter",
     "KmsgRead",
+    "KmsgScan",
     "KmsgStream",
     "MempolicyMode",
     "NodeMemory",

@@ -15,6 +15,7 @@ import errno as errno_mod
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import NamedTuple
 
 from mcpnode.codec.bounded import BoundError, parse_decimal
@@ -52,6 +53,53 @@ class HostKmsg(HostProcesses):
         if self._recording is not None:
             self._recording.files[KMSG_PATH] = "".join(r + "\n" for r in got.records).encode()
         return got
+
+    def scan_kmsg(
+        self,
+        on_records: Callable[[tuple[str, ...]], None],
+        max_bytes: int | None = None,
+        batch_bytes: int | None = None,
+    ) -> KmsgScan:
+        """Every record the kernel log holds now, as read_kmsg reads them, handed to
+        `on_records` a batch (`batch_bytes`, default KMSG_SCAN_BATCH_BYTES) at a time and not
+        kept: what a reader that counts needs, in the memory of one batch however long the log.
+        The newest `max_bytes` (default KMSG_MAX_BYTES) of a root's file are read
+        (`truncated`: older ones were not); reading stops after about `max_bytes` even when
+        records keep coming (`unread`: records were left, as on a live log a flood outpaces).
+        No bound on records: none is kept.
+
+        `on_records` runs between two reads, so a caller on an event loop can do there what
+        must not wait for the whole log (the agent's watchdog ping). Raises as read_kmsg, and
+        whatever `on_records` raises. While recording, the records read are kept as the file
+        /dev/kmsg of the snapshot, as read_kmsg keeps them."""
+        max_bytes = KMSG_MAX_BYTES if max_bytes is None else max_bytes
+        batch_bytes = KMSG_SCAN_BATCH_BYTES if batch_bytes is None else max(1, batch_bytes)
+        recorded: list[str] | None = [] if self._recording is not None else None
+        truncated = False
+        overwritten = skipped = count = 0
+        more = True
+        stream = self.open_kmsg()
+        try:
+            for _ in range(max_bytes // batch_bytes + 1):
+                # No record bound per batch: a batch is far below it, and nothing is kept.
+                got = stream.read_new(
+                    max_bytes, _BATCH_RECORDS_UNBOUNDED, final=True, batch_bytes=batch_bytes
+                )
+                truncated |= got.truncated
+                overwritten += got.overwritten
+                skipped += got.skipped
+                count += len(got.records)
+                if recorded is not None:
+                    recorded.extend(got.records)
+                on_records(got.records)
+                more = got.more
+                if not more:
+                    break
+        finally:
+            stream.close()
+        if self._recording is not None and recorded is not None:
+            self._recording.files[KMSG_PATH] = "".join(r + "\n" for r in recorded).encode()
+        return KmsgScan(count, truncated, overwritten, skipped, more)
 
     def open_kmsg(self) -> KmsgStream:
         """The kernel log as a stream for a watcher, positioned at the oldest record.
@@ -95,6 +143,11 @@ KMSG_MAX_BYTES = 16 << 20
 KMSG_MAX_RECORDS = 200_000
 # How much one drain reads before stopping even if records keep coming (a flood racing us).
 _KMSG_DRAIN_BYTES = 64 << 20
+# What Host.scan_kmsg reads at a time: about a thousand records, a few ms of parsing, and the
+# memory a scan of the whole log holds at once.
+KMSG_SCAN_BATCH_BYTES = 128 << 10
+# A batch's record bound in a scan: none below the batch's bytes (a record is at least a byte).
+_BATCH_RECORDS_UNBOUNDED = 1 << 62
 # The numbers of a record's head: the priority is an int (syslog facility << 3 | level), the
 # sequence number and the time since boot are u64 (kernel/printk/printk.c, info_print_ext_header
 # prints them with %llu): 20 digits. A longer one is not the kernel's, and Python's int() would
@@ -123,6 +176,18 @@ class KmsgRead(NamedTuple):
     # read_new() stopped at its `batch_bytes` with more waiting: call it again (after letting
     # the loop's other sources run).
     more: bool = False
+
+
+class KmsgScan(NamedTuple):
+    """What Host.scan_kmsg read: how many records (before parsing), whether older ones were
+    dropped to stay in bounds (`truncated`), the kernel's overwrites while reading, the records
+    skipped (as KmsgRead's), and whether it stopped at its bound with records left (`unread`)."""
+
+    records: int
+    truncated: bool = False
+    overwritten: int = 0
+    skipped: int = 0
+    unread: bool = False
 
 
 class KmsgStream:
@@ -155,7 +220,8 @@ class KmsgStream:
         batch_bytes: int | None = None,
     ) -> KmsgRead:
         """Records since the last call. In a regular file a last line without its newline is
-        held back until it is complete, unless `final` (nothing more will be read).
+        held back until it is complete, unless `final` (nothing more will be read) and the
+        call reached the end of the file.
 
         `batch_bytes`: read about that much now and say `more` when records are left, so that a
         caller on an event loop can let its other sources run between batches (a flood of
@@ -252,7 +318,7 @@ class KmsgStream:
             cut = _last_record_start(body)
             if cut > 0:
                 body, self._partial = body[: cut - 1], body[cut:] + b"\n" + self._partial
-        if final and self._partial:
+        if final and not more and self._partial:
             body, self._partial = data, b""
         if len(self._partial) > _PARTIAL_MAX:
             # A line the kernel cannot have written, still without its newline: dropped, and

@@ -16,13 +16,13 @@ reader.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, NoReturn, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from mcpnode.errors import HostError
-    from mcpnode.host.kmsg import KmsgRead, KmsgStream
+    from mcpnode.host.kmsg import KmsgRead, KmsgScan, KmsgStream
     from mcpnode.host.process import MempolicyMode
     from mcpnode.host.types import CommandResult, Entry, FileStat, NodeMemory, Recording
 
@@ -88,6 +88,12 @@ class HostReader(Protocol):
     def read_kmsg(
         self, max_bytes: int | None = None, max_records: int | None = None
     ) -> KmsgRead: ...
+    def scan_kmsg(
+        self,
+        on_records: Callable[[tuple[str, ...]], None],
+        max_bytes: int | None = None,
+        batch_bytes: int | None = None,
+    ) -> KmsgScan: ...
     def open_kmsg(self) -> KmsgStream: ...
 
 
