@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
 from tests.exportcase import HOSTS
+from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = "h100-nvl-pair"  # 80 CPUs (possible 0-79), two nodes, GPUs 0001:00:00.0, 0002:00:00.0
@@ -23,17 +22,6 @@ GPU_DIR = "sys/devices/pci0001:00/0001:00:00.0"
 NODE = "sys/devices/system/node"
 DIGITS = "1" * 5000
 HUGE_LIST = ",".join(["0-65535"] * 9362)[: 64 << 10]  # 64 KiB of ranges, each 65,536 CPUs
-
-
-def mcpnode(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mcpnode", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
 
 
 def hostile_root(tmp_path: Path, rel: str, text: str) -> Path:

@@ -19,6 +19,7 @@ import pytest
 from tests import nvmlgen, placeroot
 from tests.exportcase import HOSTS
 from tests.fixturegen import write_host
+from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 from tests.tuningcli import run_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,17 +58,6 @@ def hostile_children() -> Iterator[list[subprocess.Popen[str]]]:
             assert p.stdin is not None
             p.stdin.close()
             p.wait(timeout=30)
-
-
-def mcpnode(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mcpnode", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
 
 
 @placeroot.needs_machine

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,23 +22,13 @@ from mcpnode.placement.build import make_manifest
 from mcpnode.probe.section import manifest_section
 from tests import proberoot
 from tests.exportcase import HOSTS
+from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 EXPECT = "[expect]\ngpu_count = 2\nnuma_nodes = 2\n"
 L40S = "pcie-4x-l40s-2socket"
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def mcpnode(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mcpnode", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
 
 
 def plant(path: Path, text: str, *, uid: int = 0, mode: int = 0o644, dir_mode: int = 0o755) -> None:
