@@ -1,5 +1,5 @@
 """PM QoS (`[cpu] force_latency`): the CPU latency request, µs. Only a running process can
-hold one (it keeps /dev/cpu_dma_latency open: the agent does, agent/service.py), so apply
+hold one (it keeps /dev/cpu_dma_latency open: the agent does, agent/enforce.py), so apply
 never writes it and verify counts it as drift while it is not held."""
 
 from __future__ import annotations
