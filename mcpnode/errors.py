@@ -1,5 +1,6 @@
 """The error hierarchy. Errors are translated into these types at the Host and NVML
-boundaries only; the CLI maps each type to an exit code in one place (`cli/main.py`)."""
+boundaries only; the CLI maps each type to its one line and exit code in one place
+(`cli/errors.py`, with the codes in `exitcodes.py`)."""
 
 from __future__ import annotations
 

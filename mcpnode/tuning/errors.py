@@ -1,4 +1,5 @@
-"""Errors of the tuning engine. The CLI maps them to exit codes with the rest (cli/main.py)."""
+"""Errors of the tuning engine. The CLI maps them to exit codes with the rest
+(cli/errors.py; the codes are exitcodes.py's)."""
 
 from __future__ import annotations
 
