@@ -267,7 +267,9 @@ def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: st
 @state_dir_option
 @wait_option
 @format_option
+@click.pass_context
 def apply(
+    ctx: click.Context,
     profile_name: str,
     dry_run: bool,
     persist: bool,
@@ -278,7 +280,8 @@ def apply(
     fmt: str,
 ) -> None:
     """Apply a tuning profile: journal the originals, write, undo everything on a failure.
-    Holds the state lock throughout (another run waits, then exits 75)."""
+    Holds the state lock throughout (another run waits, then exits 75). Exits 1 when the kernel
+    took a value only in part (fewer huge pages than asked): written, but not what was asked."""
     from mcpnode.cli import render_tuning
     from mcpnode.host import Host
     from mcpnode.logs import configure_logging
@@ -300,6 +303,8 @@ def apply(
         click.echo(render_tuning.apply_json(result))
     else:
         click.echo(render_tuning.apply_text(result), nl=False)
+    if any(o.result == "partial" for o in result.writes):
+        ctx.exit(EXIT_FINDINGS)
 
 
 @cli.command()

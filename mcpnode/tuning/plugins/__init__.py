@@ -8,9 +8,12 @@ names a subsystem.
 
     sysctl.py        [sysctl]        /proc/sys values (exact, at-least, preference lists)
     bootloader.py    [bootloader]    the kernel command line: GRUB drop-in or grubby
-    thp.py           [vm]            transparent huge pages
+    thp.py           [vm]            transparent huge pages: enabled, defrag, khugepaged defrag
+    hugepages.py     [vm]            2 MiB pages reserved per NUMA node (the GPUs' nodes)
     pmqos.py         [cpu]           force_latency: the PM QoS request the agent holds
-    governor.py      [cpu]           the cpufreq governor, per policy
+    governor.py      [cpu]           the cpufreq governor, per policy of the selected CPUs
+    cpupower.py      [cpu]           `cpus`, EPP, EPB, intel_pstate limits, boost
+    cstates.py       [cpu]           idle states deeper than max_latency_us disabled
     irq.py           [irq]           interrupt affinity and irqbalance's banned CPUs
     rps.py           [irq]           NIC rx queues' packet steering
     housekeeping.py  [housekeeping]  AllowedCPUs= drop-ins for system.slice, user.slice, init.scope
@@ -35,15 +38,31 @@ and one line here:
 
 from __future__ import annotations
 
-from mcpnode.tuning.plugins import bootloader, governor, housekeeping, irq, pmqos, rps, sysctl, thp
+from mcpnode.tuning import paths
+from mcpnode.tuning.plugins import (
+    bootloader,
+    cpupower,
+    cstates,
+    governor,
+    housekeeping,
+    hugepages,
+    irq,
+    pmqos,
+    rps,
+    sysctl,
+    thp,
+)
 from mcpnode.tuning.plugins.base import Subsystem
 
 SUBSYSTEMS: tuple[Subsystem, ...] = (
     sysctl.Sysctl(),
     bootloader.Bootloader(),
     thp.TransparentHugepages(),
+    hugepages.Hugepages(),
     pmqos.PmQos(),
     governor.Governor(),
+    cpupower.CpuPower(),
+    cstates.CStates(),
     irq.Irq(),
     rps.Rps(),
     housekeeping.Housekeeping(),
@@ -57,6 +76,13 @@ def owner(key: str) -> Subsystem | None:
         if subsystem.owns(key):
             return subsystem
     return None
+
+
+def path_of(key: str) -> str | None:
+    """The one file `key` (a plan item's or a journal entry's) writes, as its subsystem says;
+    None for a key that names no file."""
+    subsystem = owner(key)
+    return subsystem.path_of(key) if subsystem is not None else paths.path_of(key)
 
 
 def subsystem_of(key: str) -> Subsystem:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
+from mcpnode.tuning.plugins import cpupower
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, token_list, value_item
 from mcpnode.tuning.read import optional, read_value, tokens
 from mcpnode.tuning.values import Prefer, describe
@@ -31,10 +32,9 @@ class Governor(Subsystem):
         return [Setting(paths.GOVERNOR_KEY, Prefer(wanted), section.file, note)]
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
-        names = host.listdir_optional(paths.CPUFREQ_DIR)
-        policies = tuple(n for n in names or () if paths.is_policy(n)) if names else None
-        draft.policies = policies
-        for policy in policies or ():
+        cpupower.read_cpus(host, draft)
+        cpupower.read_policies(host, draft)
+        for policy in draft.policies or ():
             gov = paths.governor_path(policy)
             draft.readings[gov] = read_value(host, gov)
             draft.available[gov] = tokens(optional(host, paths.governors_available_path(policy)))
@@ -46,7 +46,10 @@ class Governor(Subsystem):
                 f"no cpufreq policies under {paths.CPUFREQ_DIR} (no cpufreq driver; common in VMs)"
             )
             return [PlanItem(setting.key, "", rule, None, None, "unsupported", why, setting.source)]
+        chosen = cpupower.selected(state)
+        if isinstance(chosen, tuple):
+            return [cpupower.scope_item(setting, chosen)]
         return [
             value_item(f"{setting.key}:{policy}", paths.governor_path(policy), setting, state)
-            for policy in state.policies
+            for policy in cpupower.selected_policies(state, chosen)
         ]
