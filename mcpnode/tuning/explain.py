@@ -48,7 +48,8 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
     # An item key (`cpu:governor:policy0`) is explained by its setting (`cpu:governor`).
     lookup = ":".join(key.split(":")[:2]) if subsystem is not None and ":" in key else key
     path = plugins.path_of(key)
-    if path is None and (subsystem is None or plugins.owner(lookup) is None):
+    # A sysctl always has its file; a `section:option` setting key may have none of its own.
+    if path is None and (subsystem is None or ":" not in key):
         problem = paths.sysctl_key_problem(key) or "not a sysctl or a vm:/cpu: key"
         raise ProfileError("(command line)", key, problem)
     current: str | None = None

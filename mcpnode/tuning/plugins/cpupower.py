@@ -56,6 +56,9 @@ MIN_PERF_KEY = "cpu:min_perf_pct"
 NO_TURBO_KEY = "cpu:no_turbo"
 BOOST_KEY = "cpu:boost"
 SCOPES = ("all", "gpu-slices", "housekeeping")
+# The most CPUs a Linux kernel supports (x86 CONFIG_MAXSMP: NR_CPUS 8192): a list read from a
+# root that names more is refused rather than read file by file.
+MAX_CPUS = 8192
 
 # The names the kernel accepts for energy_perf_bias since 5.x and the values it stores
 # (arch/x86/kernel/cpu/intel_epb.c, energy_perf_strings); it always reads back the number.
@@ -133,7 +136,7 @@ def parse_scope(section: SectionInput) -> list[Setting]:
         raise err(section.file, "cpus", "must be all, gpu-slices, housekeeping or a cpulist", "cpu")
     if value not in SCOPES:
         try:
-            chosen = cpus.parse_list(value, groups=False)
+            chosen = cpus.parse_list(value, limit=MAX_CPUS, groups=False)
         except BoundError as error:
             raise err(section.file, "cpus", f"not a cpulist: {error}", "cpu") from None
         if not chosen:
@@ -151,7 +154,7 @@ def read_cpus(host: Host, draft: StateDraft) -> None:
         draft.found[FOUND_ONLINE] = f"{ONLINE} cannot be read"
         return
     try:
-        draft.found[FOUND_ONLINE] = cpus.parse_list(text, groups=False)
+        draft.found[FOUND_ONLINE] = cpus.parse_list(text, limit=MAX_CPUS, groups=False)
     except BoundError as error:
         draft.found[FOUND_ONLINE] = f"{ONLINE}: {error}"
 
@@ -167,7 +170,8 @@ def read_policies(host: Host, draft: StateDraft) -> None:
     for policy in policies:
         text = optional(host, policy_path(policy, "related_cpus"))
         try:
-            related[policy] = cpus.parse_list(text, groups=False) if text is not None else None
+            known = text is not None
+            related[policy] = cpus.parse_list(text, limit=MAX_CPUS, groups=False) if known else None
         except BoundError:
             related[policy] = None
     draft.found[FOUND_POLICY_CPUS] = related
@@ -197,7 +201,7 @@ def selected(state: HostState) -> frozenset[int] | tuple[str, str] | None:
             return "unsupported", f"no {spec} CPUs on this host"
         return chosen & online
     assert isinstance(spec, str)
-    return cpus.parse_list(spec, groups=False) & online
+    return cpus.parse_list(spec, limit=MAX_CPUS, groups=False) & online
 
 
 def selected_policies(state: HostState, chosen: frozenset[int] | None) -> tuple[str, ...]:

@@ -78,6 +78,7 @@ class CStates(Subsystem):
         cpupower.read_cpus(host, draft)
         online = draft.found.get(cpupower.FOUND_ONLINE)
         if not isinstance(online, frozenset) or not online:
+            draft.found[_FOUND] = str(online) if online else f"no CPU in {cpupower.ONLINE}"
             return
         first = min(online)
         names = host.listdir_optional(f"{cpupower.CPU_DIR}/cpu{first}/cpuidle") or []
@@ -110,11 +111,11 @@ class CStates(Subsystem):
         assert isinstance(setting.desired, Exact)
         limit = int(setting.desired.text)
         states = state.found.get(_FOUND)
+        if isinstance(states, str):
+            return [cpupower.scope_item(setting, ("skipped", states))]
         chosen = cpupower.selected(state)
         if isinstance(chosen, tuple):
             return [cpupower.scope_item(setting, chosen)]
-        if isinstance(states, str):
-            return [cpupower.scope_item(setting, ("skipped", states))]
         if not states:
             driver = state.found.get(_FOUND + ".driver", "none")
             why = f"no cpuidle states (cpuidle driver {driver}; common in VMs)"
