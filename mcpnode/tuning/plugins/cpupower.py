@@ -170,8 +170,10 @@ def read_policies(host: Host, draft: StateDraft) -> None:
     for policy in policies:
         text = optional(host, policy_path(policy, "related_cpus"))
         try:
-            known = text is not None
-            related[policy] = cpus.parse_list(text, limit=MAX_CPUS, groups=False) if known else None
+            if text is None:
+                related[policy] = None
+                continue
+            related[policy] = cpus.parse_list(text, limit=MAX_CPUS, groups=False)
         except BoundError:
             related[policy] = None
     draft.found[FOUND_POLICY_CPUS] = related
