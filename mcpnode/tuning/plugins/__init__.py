@@ -17,6 +17,7 @@ names a subsystem.
     irq.py           [irq]           interrupt affinity and irqbalance's banned CPUs
     rps.py           [irq]           NIC rx queues' packet steering
     housekeeping.py  [housekeeping]  AllowedCPUs= drop-ins for system.slice, user.slice, init.scope
+    readahead.py     [storage]       read_ahead_kb of the disks under the named mounts
 
 The order of SUBSYSTEMS is the order a profile file's settings are parsed in, so the order of
 the plan, of `apply --dry-run` and of `verify`.
@@ -48,6 +49,7 @@ from mcpnode.tuning.plugins import (
     hugepages,
     irq,
     pmqos,
+    readahead,
     rps,
     sysctl,
     thp,
@@ -66,6 +68,7 @@ SUBSYSTEMS: tuple[Subsystem, ...] = (
     irq.Irq(),
     rps.Rps(),
     housekeeping.Housekeeping(),
+    readahead.Readahead(),
 )
 
 
