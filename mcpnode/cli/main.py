@@ -231,6 +231,17 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
         click.echo(render_tuning.explain_text(explanation), nl=False)
 
 
+@profiles.command("recommend")
+@root_option
+@format_option
+def profiles_recommend(root: str, fmt: str) -> None:
+    """The shipped profile that fits this host (bare metal or VM, GPUs, NVSwitch, RDMA NICs,
+    NUMA, SMT), with the reasons: what an Ansible role uses when no profile is configured."""
+    from mcpnode.cli.commands import recommend_command
+
+    click.echo(recommend_command(root, fmt=fmt), nl=False)
+
+
 @profiles.command("active")
 @root_option
 @state_dir_option
