@@ -160,14 +160,21 @@ def read_cpus(host: Host, draft: StateDraft) -> None:
 
 
 def read_policies(host: Host, draft: StateDraft) -> None:
-    """The cpufreq policies (draft.policies) and the CPUs each drives, once per read."""
-    if FOUND_POLICY_CPUS in draft.found:
+    """The cpufreq policies (draft.policies), once per read."""
+    if draft.policies is not None or "cpus.listed" in draft.found:
         return
+    draft.found["cpus.listed"] = True
     names = host.listdir_optional(paths.CPUFREQ_DIR)
     policies = tuple(sorted((n for n in names or () if paths.is_policy(n)), key=_policy_no))
     draft.policies = policies if names else None
+
+
+def read_related(host: Host, draft: StateDraft) -> None:
+    """The CPUs each policy drives (related_cpus), read by the `cpus` scope only when it is
+    narrower than all: the per-CPU readers need not know the scope, and "all" costs no read."""
+    read_policies(host, draft)
     related: dict[str, frozenset[int] | None] = {}
-    for policy in policies:
+    for policy in draft.policies or ():
         text = optional(host, policy_path(policy, "related_cpus"))
         try:
             if text is None:
@@ -177,6 +184,16 @@ def read_policies(host: Host, draft: StateDraft) -> None:
         except BoundError:
             related[policy] = None
     draft.found[FOUND_POLICY_CPUS] = related
+
+
+def offered(host: Host, draft: StateDraft, name: str, first: str) -> frozenset[str] | None:
+    """What the driver offers for a per-policy file (`scaling_available_governors`...), read
+    once from the first policy: one cpufreq driver serves every policy, with one list."""
+    key = f"cpus.offered.{name}"
+    if key not in draft.found:
+        draft.found[key] = tokens(optional(host, policy_path(first, name)))
+    value = draft.found[key]
+    return value if isinstance(value, frozenset) else None
 
 
 def _policy_no(name: str) -> int:
@@ -293,6 +310,8 @@ class CpuPower(Subsystem):
         if key == paths.CPUS_KEY:
             assert isinstance(setting.desired, Exact)
             draft.found[FOUND_CPUS] = setting.desired.text
+            if setting.desired.text != "all":
+                read_related(host, draft)
             return
         if key in (MIN_PERF_KEY, NO_TURBO_KEY):
             draft.readings[_GLOBAL[key]] = read_value(host, _GLOBAL[key])
@@ -307,15 +326,16 @@ class CpuPower(Subsystem):
             draft.readings[GLOBAL_BOOST] = read_value(host, GLOBAL_BOOST)
         read_policies(host, draft)
         name = "energy_performance_preference" if key == EPP_KEY else "boost"
-        for policy in draft.policies or ():
+        policies = draft.policies or ()
+        for policy in policies:
             path = policy_path(policy, name)
             draft.readings[path] = read_value(host, path)
             if key == EPP_KEY:
-                offered = policy_path(policy, "energy_performance_available_preferences")
-                draft.available[path] = tokens(optional(host, offered))
-                draft.readings[policy_path(policy, "scaling_governor")] = read_value(
-                    host, policy_path(policy, "scaling_governor")
-                )
+                prefs = "energy_performance_available_preferences"
+                draft.available[path] = offered(host, draft, prefs, policies[0])
+                gov = policy_path(policy, "scaling_governor")
+                if gov not in draft.readings:
+                    draft.readings[gov] = read_value(host, gov)
         if draft.policies:
             driver = policy_path(draft.policies[0], "scaling_driver")
             draft.readings[driver] = read_value(host, driver)

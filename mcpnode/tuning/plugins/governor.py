@@ -1,6 +1,7 @@
-"""The cpufreq governor (`[cpu] governor`): the first of the profile's list that each cpufreq
-policy offers (scaling_available_governors), one item per policy. A CPU-power subsystem
-(EPP, C-states) is planned beside it."""
+"""The cpufreq governor (`[cpu] governor`): the first of the profile's list that the cpufreq
+driver offers (scaling_available_governors, read once from the first policy: one driver serves
+every policy, with one list), one item per policy driving a CPU of `[cpu] cpus`
+(plugins/cpupower.py, which plans EPP, EPB and the P-state limits beside it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins import cpupower
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, token_list, value_item
-from mcpnode.tuning.read import optional, read_value, tokens
+from mcpnode.tuning.read import read_value
 from mcpnode.tuning.values import Prefer, describe
 
 
@@ -34,10 +35,13 @@ class Governor(Subsystem):
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
         cpupower.read_cpus(host, draft)
         cpupower.read_policies(host, draft)
-        for policy in draft.policies or ():
+        policies = draft.policies or ()
+        for policy in policies:
             gov = paths.governor_path(policy)
-            draft.readings[gov] = read_value(host, gov)
-            draft.available[gov] = tokens(optional(host, paths.governors_available_path(policy)))
+            if gov not in draft.readings:
+                draft.readings[gov] = read_value(host, gov)
+            offered = "scaling_available_governors"
+            draft.available[gov] = cpupower.offered(host, draft, offered, policies[0])
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         if not state.policies:
