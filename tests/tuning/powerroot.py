@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mcpnode.host import Host
+from mcpnode.tuning.model import PlanItem
 from mcpnode.tuning.partition import CpuPartition
+from mcpnode.tuning.plan import plan
+from mcpnode.tuning.profile import load_profile
+from mcpnode.tuning.state import read_state
 from tests.tuningroot import build, put
 
 CPU = "sys/devices/system/cpu"
@@ -86,3 +91,24 @@ def partition(ncpus: int = 8) -> CpuPartition:
 
 def read(root: Path, rel: str) -> str:
     return (root / rel).read_text().strip()
+
+
+def planned(tmp: Path, root: Path, text: str) -> list[PlanItem]:
+    """The plan of profile `text` (saved as p.toml in a directory under `tmp`) on `root`, with
+    no CPU partition."""
+    profiles = tmp / "profiles"
+    profiles.mkdir(exist_ok=True)
+    (profiles / "p.toml").write_text(text)
+    host = Host(root)
+    profile = load_profile("p", host, profiles)
+    return list(plan(profile, read_state(host, profile)).items)
+
+
+def agent_profile(root: Path, name: str, text: str) -> None:
+    """Install profile `text` as /etc/mcpnode/profiles/NAME.toml under `root` and configure the
+    agent to enforce it, checking drift every 0.3 s, without a metrics listener."""
+    (root / "etc/mcpnode/profiles").mkdir(parents=True)
+    (root / f"etc/mcpnode/profiles/{name}.toml").write_text(text)
+    (root / "etc/mcpnode/mcpnode.toml").write_text(
+        f'[tuning]\nprofile = "{name}"\n[drift]\ninterval = 0.3\n[metrics]\nlisten = ""\n'
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.agentproc import AgentProc
-from tests.tuning.powerroot import CPU, NODE, THP, power_root, read
+from tests.tuning.powerroot import CPU, NODE, THP, agent_profile, power_root, read
 
 PROFILE = """\
 [profile]
@@ -51,11 +51,7 @@ CHANGES = {
 
 def test_the_agent_remediates_one_key_of_each_subsystem(tmp_path: Path) -> None:
     root = power_root(tmp_path / "root")
-    (root / "etc/mcpnode/profiles").mkdir(parents=True)
-    (root / "etc/mcpnode/profiles/power.toml").write_text(PROFILE)
-    (root / "etc/mcpnode/mcpnode.toml").write_text(
-        '[tuning]\nprofile = "power"\n[drift]\ninterval = 0.3\n[metrics]\nlisten = ""\n'
-    )
+    agent_profile(root, "power", PROFILE)
     agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
     events = {}
     try:

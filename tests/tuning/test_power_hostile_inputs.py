@@ -9,13 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mcpnode.host import Host
 from mcpnode.tuning.errors import ProfileError
-from mcpnode.tuning.plan import plan
 from mcpnode.tuning.profile import parse_profile
-from mcpnode.tuning.state import read_state
 from tests.test_cli_errors import mcpnode, one_line
-from tests.tuning.powerroot import CPU, NODE, power_root
+from tests.tuning.powerroot import CPU, NODE, planned, power_root
 from tests.tuningroot import tree
 
 DIGITS = "1" * 5000
@@ -121,16 +118,7 @@ def test_a_hostile_sysfs_value_is_reported_for_its_key(
 ) -> None:
     root = power_root(tmp_path / "root")
     (root / rel).write_text(text)
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    (profiles / "p.toml").write_text(PROFILE)
-    host = Host(root)
-    parsed = parse_profile(PROFILE, "p.toml", "p")
-    from mcpnode.tuning.profile import load_profile
-
-    profile = load_profile("p", host, profiles)
-    assert [s.key for s in profile.settings] == [s.key for s in parsed.settings]
-    items = {i.key: i for i in plan(profile, read_state(host, profile)).items}
+    items = {i.key: i for i in planned(tmp_path, root, PROFILE)}
     assert items[key].action == action, items[key]
     assert why in items[key].reason
 
@@ -139,13 +127,6 @@ def test_a_huge_related_cpus_list_takes_the_policy_rather_than_guessing(tmp_path
     root = power_root(tmp_path / "root")
     (root / f"{CPU}/cpufreq/policy3/related_cpus").write_text(HUGE_LIST)
     text = '[profile]\nsummary = "x"\n[cpu]\ncpus = "5"\ngovernor = "performance"\n'
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    (profiles / "p.toml").write_text(text)
-    host = Host(root)
-    from mcpnode.tuning.profile import load_profile
-
-    profile = load_profile("p", host, profiles)
-    keys = [i.key for i in plan(profile, read_state(host, profile)).items]
+    keys = [i.key for i in planned(tmp_path, root, text)]
     # policy3's CPUs are unknown: it is planned (and shown) rather than silently left out.
     assert keys == ["cpu:governor:policy3", "cpu:governor:policy5"]

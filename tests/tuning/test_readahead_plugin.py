@@ -19,6 +19,7 @@ from mcpnode.tuning.profile import load_profile, parse_profile
 from mcpnode.tuning.state import read_state
 from mcpnode.tuning.verify import verify
 from tests.agentproc import AgentProc
+from tests.tuning.powerroot import agent_profile, planned
 from tests.tuningroot import build, kernel_view, put
 
 PCI = "sys/devices/pci0000:00/0000:00:1d.0/nvme"
@@ -97,11 +98,7 @@ def test_mounts_and_names_resolve_to_their_disks(tmp_path: Path) -> None:
 
 def test_the_agent_puts_readahead_back(tmp_path: Path) -> None:
     root = disk_root(tmp_path / "root")
-    (root / "etc/mcpnode/profiles").mkdir(parents=True)
-    (root / "etc/mcpnode/profiles/ra.toml").write_text(PROFILE)
-    (root / "etc/mcpnode/mcpnode.toml").write_text(
-        '[tuning]\nprofile = "ra"\n[drift]\ninterval = 0.3\n[metrics]\nlisten = ""\n'
-    )
+    agent_profile(root, "ra", PROFILE)
     queue = root / f"{PCI}/nvme1/nvme1n1/queue/read_ahead_kb"
     agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
     try:
@@ -147,10 +144,5 @@ def test_a_device_link_out_of_sys_resolves_inside_the_root_to_nothing(tmp_path: 
     (root / "sys/dev/block/259:3").unlink()
     os.symlink("/etc", root / "sys/dev/block/259:3")
     text = '[profile]\nsummary = "x"\n[storage]\nread_ahead_kb = 4096\ndevices = ["/models"]\n'
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    (profiles / "ra.toml").write_text(text)
-    host = Host(root)
-    profile = load_profile("ra", host, profiles)
-    items = plan(profile, read_state(host, profile)).items
+    items = planned(tmp_path, root, text)
     assert [(i.key, i.action) for i in items] == [("storage:read_ahead_kb:etc", "unsupported")]

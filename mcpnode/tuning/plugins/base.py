@@ -75,6 +75,8 @@ class Subsystem(ABC):
     skipped_is_drift: ClassVar[bool] = False
     # Whether writing "" as a whole file removes it (a drop-in) or writes it empty.
     empty_file_removes: ClassVar[bool] = True
+    # The kernel default and a note of each setting key, for `profiles explain`.
+    key_facts: ClassVar[Mapping[str, KeyFacts]] = {}
 
     @abstractmethod
     def owns(self, key: str) -> bool:
@@ -98,7 +100,7 @@ class Subsystem(ABC):
 
     def facts(self, key: str) -> KeyFacts | None:
         """The kernel default and a note for `profiles explain` of a setting key of ours."""
-        return None
+        return self.key_facts.get(key)
 
     def granted(self, host: Host, key: str, path: str, new: str) -> str | None:
         """After writing `new`: the value the kernel actually took when it took less (it may

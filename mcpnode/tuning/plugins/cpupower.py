@@ -257,15 +257,13 @@ class CpuPower(Subsystem):
         "no_turbo",
         "boost",
     )
+    key_facts = FACTS
 
     def owns(self, key: str) -> bool:
         return key == paths.CPUS_KEY or key in (EPP_KEY, EPB_KEY) or key_path(key) is not None
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)
-
-    def facts(self, key: str) -> KeyFacts | None:
-        return FACTS.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         table, file = section.table, section.file

@@ -55,15 +55,13 @@ class CStates(Subsystem):
     name = "cstates"
     section = "cpu"
     options = ("max_latency_us",)
+    key_facts = FACTS
 
     def owns(self, key: str) -> bool:
         return key == MAX_LATENCY_KEY or _ITEM.match(key) is not None
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)
-
-    def facts(self, key: str) -> KeyFacts | None:
-        return FACTS.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         if "max_latency_us" not in section.table:

@@ -79,15 +79,13 @@ class Hugepages(Subsystem):
     name = "hugepages"
     section = "vm"
     options = ("hugepages_2048kB", "hugepages_nodes")
+    key_facts = FACTS
 
     def owns(self, key: str) -> bool:
         return key in (HUGEPAGES_KEY, paths.HUGEPAGES_NODES_KEY) or _ITEM.match(key) is not None
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)
-
-    def facts(self, key: str) -> KeyFacts | None:
-        return FACTS.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         table, file = section.table, section.file

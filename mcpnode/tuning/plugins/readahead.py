@@ -83,15 +83,13 @@ class Readahead(Subsystem):
     name = "readahead"
     section = "storage"
     options = ("read_ahead_kb", "devices")
+    key_facts = FACTS
 
     def owns(self, key: str) -> bool:
         return key in (READAHEAD_KEY, DEVICES_KEY) or _ITEM.match(key) is not None
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)
-
-    def facts(self, key: str) -> KeyFacts | None:
-        return FACTS.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         table, file = section.table, section.file

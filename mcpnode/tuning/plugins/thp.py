@@ -51,15 +51,13 @@ class TransparentHugepages(Subsystem):
     name = "thp"
     section = "vm"
     options = ("transparent_hugepage", "transparent_hugepage_defrag", "khugepaged_defrag")
+    key_facts = FACTS
 
     def owns(self, key: str) -> bool:
         return key in _PATHS
 
     def path_of(self, key: str) -> str | None:
         return _PATHS.get(key)
-
-    def facts(self, key: str) -> KeyFacts | None:
-        return FACTS.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         out = one_of(section, "vm", "transparent_hugepage", THP_CHOICES, paths.THP_KEY)
