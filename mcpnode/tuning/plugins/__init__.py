@@ -22,19 +22,20 @@ names a subsystem.
 The order of SUBSYSTEMS is the order a profile file's settings are parsed in, so the order of
 the plan, of `apply --dry-run` and of `verify`.
 
-Adding a subsystem — say CPU power (the EPP and C-state limits of each CPU) — is one new file
-and one line here:
+Adding a subsystem is one new file and one line here (cpupower.py, cstates.py, hugepages.py and
+readahead.py were added so):
 
-1. `plugins/cpupower.py`: a `Subsystem` subclass with `name = "cpupower"`, `section = "cpu"`,
-   `options = ("epp", "max_cstate")` (the `[cpu]` keys it takes; they join governor's and
-   force_latency's), `owns()` true for its setting keys (`cpu:epp`) and item keys
-   (`cpu:epp:cpu3`), `parse` (validate with base.err and friends), `read` (into the draft's
-   `readings` for one-file values, `found[self.name]` for anything else), `plan` (base.value_item
-   compares and decides for a one-file value; `unusable` answers an absent or unreadable one).
-   `write` defaults to writing the value with a newline, which sysfs values need.
-2. Add `cpupower.CpuPower()` to SUBSYSTEMS below, where its settings should come in the plan.
-3. New item keys need their path in paths.path_of (the journal accepts only paths it names)
-   and their privilege in privilege.py.
+1. `plugins/NAME.py`: a `Subsystem` subclass with `name`, `section` and `options` (the keys of
+   the section it takes; they join the section's other subsystems'), `owns()` true for its
+   setting keys (`cpu:energy_perf_bias`) and item keys (`cpu:energy_perf_bias:cpu3`),
+   `path_of()` naming the one file of each item key (the journal accepts no other path),
+   `key_facts` for `profiles explain`, `parse` (validate with base.err and friends), `read`
+   (into the draft's `readings` for one-file values, `found[...]` for anything else), `plan`
+   (base.value_item compares and decides for a one-file value; `unusable` answers an absent or
+   unreadable one). `write` defaults to writing the value with a newline, which sysfs values
+   need; `granted` says when the kernel took less than was written (a partial result).
+2. Add it to SUBSYSTEMS below, where its settings should come in the plan.
+3. Its item keys need their privilege in privilege.py when it is not a root-owned sysfs file.
 """
 
 from __future__ import annotations
