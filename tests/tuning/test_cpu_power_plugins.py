@@ -229,3 +229,39 @@ def test_explain_covers_the_new_keys(tmp_path: Path) -> None:
     assert e.default is not None and [s.rule for s in e.set_by] == ["10"]
     e = explain("vm:transparent_hugepage_defrag", host, profiles)
     assert e.current == "always defer defer+madvise [madvise] never"
+
+
+def test_a_tarball_root_is_planned_but_never_written(tmp_path: Path) -> None:
+    """A snapshot (`--root X.tar.gz`) shows the plan of every new key and refuses the apply
+    in one line: the archive is never changed."""
+    import hashlib
+
+    from tests.test_cli_errors import mcpnode, one_line
+    from tests.test_host_tar import pack
+
+    # Every CPU and node: the CLI needs no CPU partition (no discovery of this bare root).
+    flat = "\n".join(
+        line for line in POWER.splitlines() if not line.startswith(("cpus", "hugepages_nodes"))
+    )
+    root, _, profiles = env(tmp_path, "intel_pstate", flat + "\n")
+    tarball = pack(root, tmp_path / "root.tar.gz")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    where = ("--profile", "power", "--root", str(tarball), "--profiles-dir", str(profiles))
+    dry = mcpnode("apply", *where, "--dry-run", "--format", "json")
+    assert dry.returncode == 0, dry.stderr
+    planned = {i["key"]: i["action"] for i in json.loads(dry.stdout)["items"]}
+    for key in (
+        "cpu:governor:policy0",
+        "cpu:energy_performance_preference:policy7",
+        "cpu:energy_perf_bias:cpu0",
+        "cpu:min_perf_pct",
+        "cpu:cstate:cpu0:state3",
+        "vm:hugepages_2048kB:node1",
+        "vm:transparent_hugepage_defrag",
+        "vm:khugepaged_defrag",
+    ):
+        assert planned[key] == "set", key
+    proc = mcpnode("apply", *where)
+    assert proc.returncode == 2
+    assert "read-only: the root is a tarball" in one_line(proc)
+    assert hashlib.sha256(tarball.read_bytes()).hexdigest() == digest

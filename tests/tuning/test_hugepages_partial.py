@@ -63,6 +63,8 @@ def test_fewer_pages_than_asked_is_a_partial_result(tmp_path: Path) -> None:
     node1 = writes["vm:hugepages_2048kB:node1"]
     assert node1["result"] == "partial"
     assert node1["error"] == "the kernel took 300 of 512"
+    (note,) = doc["notes"]
+    assert note.startswith("PARTIAL: vm:hugepages_2048kB:node1: asked 512 pages, the kernel took")
 
     host = Host(root)
     report = verify(host, load_profile("pages", host, profiles))

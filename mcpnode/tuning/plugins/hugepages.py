@@ -18,6 +18,7 @@ the node has them.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from mcpnode.codec import cpus
 from mcpnode.codec.bounded import BoundError
@@ -25,6 +26,7 @@ from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
+from mcpnode.tuning.outcome import Outcome
 from mcpnode.tuning.plugins.base import (
     NO_PARTITION,
     SectionInput,
@@ -154,6 +156,15 @@ class Hugepages(Subsystem):
             for n in sorted(chosen)
             if n in nodes
         ] or [PlanItem(key, "", rule, None, None, "unsupported", f"no node {spec} here", src)]
+
+    def notes(self, host: Host, items: Sequence[PlanItem], done: Sequence[Outcome]) -> list[str]:
+        return [
+            f"PARTIAL: {o.key}: asked {o.new} pages, {o.error}: memory on that node is "
+            "fragmented or in use; verify reports it until the pages are there (or reserve them "
+            "on the kernel command line: hugepagesz=2M hugepages=N)"
+            for o in done
+            if o.result == "partial" and self.owns(o.key)
+        ]
 
     def granted(self, host: Host, key: str, path: str, new: str) -> str | None:
         """The count the kernel reserved when it is fewer than `new`."""
