@@ -263,7 +263,10 @@ def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Out
         return _write(
             host, entry.key, entry.path, text, entry.original, event, log, True, entry.file
         )
-    reading = read_value(host, entry.path)
+    owner = plugins.owner(entry.key)
+    # A value no file holds (a NIC's rings) is read back the way its subsystem reads it.
+    found = owner.read_restore(host, entry.path) if owner is not None else None
+    reading = found if found is not None else read_value(host, entry.path)
     if isinstance(reading, Absent):
         log.warning(event, key=entry.key, old=None, new=entry.original, result="gone")
         return Outcome(entry.key, entry.path, None, entry.original, "gone")

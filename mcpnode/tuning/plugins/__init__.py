@@ -18,6 +18,7 @@ names a subsystem.
     rps.py           [irq]           NIC rx queues' packet steering
     housekeeping.py  [housekeeping]  AllowedCPUs= drop-ins for system.slice, user.slice, init.scope
     readahead.py     [storage]       read_ahead_kb of the disks under the named mounts
+    nicqueues.py     [nic]           ring sizes and channel counts, through ethtool
 
 The order of SUBSYSTEMS is the order a profile file's settings are parsed in, so the order of
 the plan, of `apply --dry-run` and of `verify`.
@@ -49,6 +50,7 @@ from mcpnode.tuning.plugins import (
     housekeeping,
     hugepages,
     irq,
+    nicqueues,
     pmqos,
     readahead,
     rps,
@@ -70,6 +72,7 @@ SUBSYSTEMS: tuple[Subsystem, ...] = (
     rps.Rps(),
     housekeeping.Housekeeping(),
     readahead.Readahead(),
+    nicqueues.NicQueues(),
 )
 
 
