@@ -16,6 +16,7 @@ counters at 0, and THP's three files.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mcpnode.host import Host
@@ -112,3 +113,10 @@ def agent_profile(root: Path, name: str, text: str) -> None:
     (root / "etc/mcpnode/mcpnode.toml").write_text(
         f'[tuning]\nprofile = "{name}"\n[drift]\ninterval = 0.3\n[metrics]\nlisten = ""\n'
     )
+
+
+def journal_text(key: str, path: str, original: str = "0") -> str:
+    """A journal holding one entry, as `tuning/journal.py` writes it."""
+    entry = {"key": key, "path": path, "original": original}
+    doc = {"schema": "mcpnode.tuning-journal/v1", "state": "applied", "profile": "p"}
+    return json.dumps({**doc, "entries": [entry]})

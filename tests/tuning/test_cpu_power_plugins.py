@@ -19,7 +19,7 @@ from mcpnode.tuning.plan import plan
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.state import read_state
 from mcpnode.tuning.verify import verify
-from tests.tuning.powerroot import CPU, NODE, THP, partition, power_root, read
+from tests.tuning.powerroot import CPU, NODE, THP, journal_text, partition, power_root, read
 from tests.tuningroot import kernel_view
 
 POWER = """\
@@ -189,13 +189,7 @@ def test_hugepages_on_the_gpu_nodes_only_and_never_lowered(tmp_path: Path) -> No
 
 
 def test_the_journal_names_only_the_plugins_files(tmp_path: Path) -> None:
-    def doc(key: str, path: str) -> str:
-        entry = {"key": key, "path": path, "original": "0"}
-        return json.dumps(
-            {"schema": "mcpnode.tuning-journal/v1", "state": "applied", "profile": "p",
-             "entries": [entry]}
-        )  # fmt: skip
-
+    doc = journal_text
     good = (
         ("cpu:energy_perf_bias:cpu3", "/sys/devices/system/cpu/cpu3/power/energy_perf_bias"),
         ("cpu:cstate:cpu3:state2", "/sys/devices/system/cpu/cpu3/cpuidle/state2/disable"),

@@ -16,6 +16,7 @@ from mcpnode.tuning.errors import JournalError, ProfileError
 from mcpnode.tuning.journal import from_json
 from mcpnode.tuning.plugins.nicqueues import parse_ethtool
 from mcpnode.tuning.profile import parse_profile
+from tests.tuning.powerroot import journal_text
 from tests.tuningcli import run_process
 
 HERE = Path(__file__).resolve().parent
@@ -104,11 +105,7 @@ def test_parse_ethtool_output() -> None:
 
 def test_the_journal_names_only_the_ethtool_reads() -> None:
     def doc(key: str, path: str) -> str:
-        entry = {"key": key, "path": path, "original": "rx 1024 tx 1024"}
-        return json.dumps(
-            {"schema": "mcpnode.tuning-journal/v1", "state": "applied", "profile": "p",
-             "entries": [entry]}
-        )  # fmt: skip
+        return journal_text(key, path, "rx 1024 tx 1024")
 
     assert from_json(doc("nic:rings:eth0", "ethtool -g eth0"), "j").entries[0].key
     for key, path in (
