@@ -133,3 +133,16 @@ CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vme {}\n\np
 )
 def test_virtualization(tmp_path: Path, files: dict[str, str], expected: Virtualization) -> None:
     assert detect(_root(tmp_path, files)) == expected
+
+
+def test_a_snapshot_replays_the_virtualization_answer(tmp_path: Path) -> None:
+    """`mcpnode snapshot` records what the check reads, so `profiles recommend --root
+    SNAPSHOT` says what it said on the host (a Hyper-V guest here)."""
+    out = tmp_path / "node.tar.gz"
+    code, _, err = run_cli("snapshot", "--root", str(HOSTS / "h100-nvl-pair"), "-o", str(out))
+    assert code == 0, err
+    code, text, err = run_cli("profiles", "recommend", "--root", str(out), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["facts"]["virtual"] is True and doc["facts"]["hypervisor"] == "microsoft"
+    assert doc["profile"] == "inference-latency"
