@@ -1,5 +1,8 @@
 """Tuning benchmark: plan + verify of a 60-key profile, in process, against a temporary root
-whose proc/sys is a plain directory tree (target < 10 ms together).
+whose proc/sys is a plain directory tree (target < 10 ms together); then plan + verify of the
+largest shipped profile (inference-throughput with base) on a copy of the 8-GPU HGX fixture
+(192 CPUs, 2 nodes) laid out with interrupts, intel_pstate cpufreq, four idle states per CPU,
+huge page counters and a root disk, against the host's CPU partition (same target).
 
 What is timed is what `mcpnode verify` and `apply --dry-run` do after the profile is loaded:
 read every key through Host (`read_state`), decide (`plan`), and for verify classify the drift.
@@ -114,5 +117,105 @@ class _Quiet:
     warning = error = info
 
 
+def shipped_root(tmp: Path) -> Path:
+    """The HGX fixture with interrupts (tests/irqroot.py) and the files inference-throughput's
+    CPU power, C-state, huge page, THP and readahead keys read, as a 6.x kernel lays them out;
+    every sysctl it names is given a kernel-like value."""
+    from tests import irqroot
+
+    root = irqroot.build(tmp / "hgx").root
+
+    def put(rel: str, text: str) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    cpu = "sys/devices/system/cpu"
+    online = (root / cpu / "online").read_text().strip()
+    last = int(online.split("-")[-1])
+    for n in range(last + 1):
+        policy = f"{cpu}/cpufreq/policy{n}"
+        put(f"{policy}/related_cpus", f"{n}\n")
+        put(f"{policy}/scaling_driver", "intel_pstate\n")
+        put(f"{policy}/scaling_governor", "powersave\n")
+        put(f"{policy}/scaling_available_governors", "performance powersave\n")
+        put(f"{policy}/energy_performance_preference", "balance_performance\n")
+        put(
+            f"{policy}/energy_performance_available_preferences",
+            "default performance balance_performance balance_power power\n",
+        )
+        put(f"{cpu}/cpu{n}/power/energy_perf_bias", "6\n")
+        for state, latency in enumerate((0, 2, 10, 170)):
+            put(f"{cpu}/cpu{n}/cpuidle/state{state}/latency", f"{latency}\n")
+            put(f"{cpu}/cpu{n}/cpuidle/state{state}/disable", "0\n")
+    put(f"{cpu}/intel_pstate/min_perf_pct", "8\n")
+    put(f"{cpu}/cpuidle/current_driver", "intel_idle\n")
+    for node in (0, 1):
+        put(f"sys/devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages", "0\n")
+    thp = "sys/kernel/mm/transparent_hugepage"
+    put(f"{thp}/enabled", "[always] madvise never\n")
+    put(f"{thp}/defrag", "always defer defer+madvise [madvise] never\n")
+    put("proc/self/mountinfo", "22 1 259:1 / / rw - ext4 /dev/nvme0n1p1 rw\n")
+    disk = "sys/devices/virtual/block/nvme0n1"
+    put(f"{disk}/queue/read_ahead_kb", "128\n")
+    put(f"{disk}/nvme0n1p1/partition", "1\n")
+    (root / "sys/dev/block").mkdir(parents=True, exist_ok=True)
+    link = root / "sys/dev/block/259:1"
+    if not link.is_symlink():
+        link.symlink_to("../../devices/virtual/block/nvme0n1/nvme0n1p1")
+    put("proc/self/status", "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n")
+    put("proc/modules", "tcp_bbr 20480 0 - Live 0x0\n")
+    put("proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/nvme0n1p1\n")
+    host = Host(root)
+    profile = load_profile("inference-throughput", host)
+    for setting in profile.settings:
+        if ":" in setting.key:
+            continue
+        path = root / "proc/sys" / setting.key.replace(".", "/")
+        if not path.exists():
+            triple = setting.key.endswith(("_rmem", "_wmem"))
+            value = "4096 131072 6291456" if triple else "1"
+            if setting.key.endswith("port_range"):
+                value = "32768 60999"
+            put(str(path.relative_to(root)), value + "\n")
+    put("proc/sys/net/ipv4/tcp_available_congestion_control", "reno cubic bbr\n")
+    put("proc/sys/net/ipv4/tcp_congestion_control", "cubic\n")
+    put("proc/sys/net/core/default_qdisc", "fq_codel\n")
+    return root
+
+
+def bench_shipped(rounds: int = 50) -> dict[str, float | int | bool]:
+    from mcpnode.placement.source import partition_of, resolve
+
+    print("\n== Tuning: plan + verify of inference-throughput (with base) on an HGX root, median")
+    with tempfile.TemporaryDirectory(prefix="mcpnode-bench-shipped-") as tmp_name:
+        root = shipped_root(Path(tmp_name))
+        host = Host(root)
+        profile = load_profile("inference-throughput", host)
+        part = partition_of(resolve(host))
+        state = read_state(host, profile, partition=part)
+        items = len(plan(profile, state).items)
+        t_plan = median_s(lambda: plan(profile, read_state(host, profile, partition=part)), rounds)
+        apply_profile(host, profile, JournalStore(host), log=_Quiet(), partition=part)
+        report = verify(host, profile, part)
+        assert report.ok, report.drift[:3]
+        t_verify = median_s(lambda: verify(host, profile, part), rounds)
+    total = t_plan + t_verify
+    verdict = "met" if total < TARGET_S else "MISSED"
+    print(f"   {len(profile.settings)} settings -> {items} plan items ({part.describe()[:60]}…)")
+    print(f"   plan (read + decide)                {t_plan * 1000:7.2f} ms")
+    print(f"   verify, after apply (no drift)      {t_verify * 1000:7.2f} ms")
+    print(f"   plan + verify target < 10 ms: {verdict} ({total * 1000:.2f} ms)")
+    return {
+        "settings": len(profile.settings),
+        "items": items,
+        "plan_s": t_plan,
+        "verify_clean_s": t_verify,
+        "plan_plus_verify_s": total,
+        "target_met": total < TARGET_S,
+    }
+
+
 if __name__ == "__main__":
     bench_tuning()
+    bench_shipped()

@@ -26,6 +26,7 @@ from typing import Any
 
 from mcpnode import __version__
 from mcpnode.host import Host, Recording
+from mcpnode.topology import virt
 from mcpnode.topology.discover import discover
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.model import Topology
@@ -57,6 +58,7 @@ def capture(host: Host) -> tuple[Topology, Recording, RecordingNvml]:
     try:
         with host.recording() as rec:
             topo = discover(host, nvml)
+            virt.detect(host)  # DMI and CPU flags: `profiles recommend` replays the host's answer
             record_audit(host, topo)
     finally:
         nvml.close()

@@ -124,7 +124,7 @@ def test_profile_header(path: Path) -> None:
     assert isinstance(header.get("summary"), str) and header["summary"].strip()
     include = header.get("include", [])
     assert isinstance(include, list) and all(isinstance(i, str) for i in include)
-    sections = {"profile", "sysctl", "vm", "cpu", "modules", "irq"}
+    sections = {"profile", "sysctl", "vm", "cpu", "modules", "irq", "storage"}
     assert set(data) <= sections, f"{path.name}: {set(data)}"
 
 

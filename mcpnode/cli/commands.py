@@ -191,3 +191,42 @@ def exec_command(
     from mcpnode.cli.render_exec import exec_text
 
     return exec_text(plan)
+
+
+# -- tuning -------------------------------------------------------------------------------------
+
+
+def recommend_command(root: str, *, fmt: str = "text") -> str:
+    """`mcpnode profiles recommend`: the shipped profile for the host at `root`, with reasons,
+    from discovery and the virtualization check. Raises RootError, HostError."""
+    from mcpnode.cli import render_tuning
+    from mcpnode.host import Host
+    from mcpnode.topology import virt
+    from mcpnode.topology.discover import discover_host
+    from mcpnode.tuning.recommend import HostFacts, recommend
+
+    with Host(root) as host:
+        topology = discover_host(host)
+        found = virt.detect(host)
+    answered = [g.nvml for g in topology.gpus if g.nvml is not None]
+    nvswitch = (
+        any(x.active and x.remote_type == "SWITCH" for n in answered for x in n.nvlinks)
+        if answered
+        else None
+    )
+    online = [c for c in topology.cpus.cpus if c.online]
+    facts = HostFacts(
+        virtual=found.virtual,
+        hypervisor=found.hypervisor,
+        virt_evidence=found.evidence,
+        gpus=tuple((g.nvml.name or "") if g.nvml is not None else "" for g in topology.gpus),
+        nvswitch=nvswitch,
+        rdma_nics=tuple(sorted({r for n in topology.nics for r in n.rdma_devices})),
+        numa_nodes=sum(1 for n in topology.numa_nodes if n.has_cpus),
+        gpu_nodes=tuple(sorted({g.numa_node for g in topology.gpus if g.numa_node is not None})),
+        smt=any(len(c.siblings) > 1 for c in online) if online else None,
+    )
+    result = recommend(facts)
+    if fmt == "json":
+        return render_tuning.recommend_json(result) + "\n"
+    return render_tuning.recommend_text(result)

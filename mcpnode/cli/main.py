@@ -231,6 +231,17 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
         click.echo(render_tuning.explain_text(explanation), nl=False)
 
 
+@profiles.command("recommend")
+@root_option
+@format_option
+def profiles_recommend(root: str, fmt: str) -> None:
+    """The shipped profile that fits this host (bare metal or VM, GPUs, NVSwitch, RDMA NICs,
+    NUMA, SMT), with the reasons: what an Ansible role uses when no profile is configured."""
+    from mcpnode.cli.commands import recommend_command
+
+    click.echo(recommend_command(root, fmt=fmt), nl=False)
+
+
 @profiles.command("active")
 @root_option
 @state_dir_option
@@ -267,7 +278,9 @@ def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: st
 @state_dir_option
 @wait_option
 @format_option
+@click.pass_context
 def apply(
+    ctx: click.Context,
     profile_name: str,
     dry_run: bool,
     persist: bool,
@@ -278,7 +291,8 @@ def apply(
     fmt: str,
 ) -> None:
     """Apply a tuning profile: journal the originals, write, undo everything on a failure.
-    Holds the state lock throughout (another run waits, then exits 75)."""
+    Holds the state lock throughout (another run waits, then exits 75). Exits 1 when the kernel
+    took a value only in part (fewer huge pages than asked): written, but not what was asked."""
     from mcpnode.cli import render_tuning
     from mcpnode.host import Host
     from mcpnode.logs import configure_logging
@@ -300,6 +314,8 @@ def apply(
         click.echo(render_tuning.apply_json(result))
     else:
         click.echo(render_tuning.apply_text(result), nl=False)
+    if any(o.result == "partial" for o in result.writes):
+        ctx.exit(EXIT_FINDINGS)
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from mcpnode.tuning.model import PlanItem
 from mcpnode.tuning.outcome import Outcome
 from mcpnode.tuning.persist import Assignment
 from mcpnode.tuning.profile import Profile, ProfileInfo
+from mcpnode.tuning.recommend import Recommendation
 from mcpnode.tuning.values import describe
 from mcpnode.tuning.verify import VerifyReport
 
@@ -349,3 +350,23 @@ def explain_text(e: Explanation) -> str:
 
 def explain_json(e: Explanation) -> str:
     return json.dumps({"schema": PROFILES_SCHEMA, "explain": asdict(e)}, indent=2)
+
+
+RECOMMEND_SCHEMA = "mcpnode.tuning-recommend/v1"
+
+
+def recommend_text(r: Recommendation) -> str:
+    lines = [f"recommended profile: {_p(r.profile)}"]
+    lines += [f"  - {_p(reason)}" for reason in r.reasons]
+    lines.append(f"apply it with: mcpnode apply --profile {_p(r.profile)}")
+    return "\n".join(lines) + "\n"
+
+
+def recommend_json(r: Recommendation) -> str:
+    doc = {
+        "schema": RECOMMEND_SCHEMA,
+        "profile": r.profile,
+        "reasons": list(r.reasons),
+        "facts": asdict(r.facts),
+    }
+    return json.dumps(doc, indent=2)

@@ -45,6 +45,10 @@ PROC_OSRELEASE = "/proc/sys/kernel/osrelease"
 # What a published manifest's freshness is checked against (placement/source.py).
 PROC_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SYS_UEVENT_SEQNUM = "/sys/kernel/uevent_seqnum"
+# Virtualization (topology/virt.py): the firmware's DMI strings, the CPU's hypervisor flag.
+SYS_DMI_ID = "/sys/class/dmi/id"
+SYS_HYPERVISOR_TYPE = "/sys/hypervisor/type"
+PROC_CPUINFO = "/proc/cpuinfo"
 # Node ids are below MAX_NUMNODES = 1 << CONFIG_NODES_SHIFT, at most 10 on x86_64 and arm64
 # (Linux 6.x, mm/Kconfig and arch/*/Kconfig NODES_SHIFT).
 MAX_NUMNODES = 1 << 10

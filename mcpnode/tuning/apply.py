@@ -131,7 +131,9 @@ def _write(
     (`file_text`: irqbalance's banned cpulist set in its environment file), or with
     `whole_file` (restores, undo) the file's original text; the outcome's `old` is then the
     whole file as it was, so an undo puts it back byte for byte.
-    `meta` (restores, undo): what the journal says the file was, put back with the text."""
+    `meta` (restores, undo): what the journal says the file was, put back with the text.
+    A write the kernel took only in part (Subsystem.granted) is a "partial" outcome."""
+    got: str | None = None
     try:
         subsystem = plugins.subsystem_of(item_key)
         if item_key in paths.FILE_KEYS:
@@ -139,11 +141,17 @@ def _write(
         else:
             before = subsystem.write(host, item_key, path, new, whole_file)
             old = before if before is not None else old
+            got = subsystem.granted(host, item_key, path, new) if event == "write" else None
     except HostError as err:
         result: Result = "restore-failed" if event != "write" else "failed"
         outcome = Outcome(item_key, path, old, new, result, str(err), err.errno)
         log.error(event, key=item_key, old=old, new=new, result=result, error=str(err))
         return outcome
+    if got is not None:
+        # Written, and the kernel took less (fewer huge pages): never a silent success.
+        why = f"the kernel took {got} of {new}"
+        log.warning(event, key=item_key, old=old, new=new, result="partial", granted=got)
+        return Outcome(item_key, path, old, new, "partial", why)
     written: Result = "restored" if event != "write" else "ok"
     log.info(event, key=item_key, old=old, new=new, result=written)
     return Outcome(item_key, path, old, new, written)
@@ -255,7 +263,10 @@ def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Out
         return _write(
             host, entry.key, entry.path, text, entry.original, event, log, True, entry.file
         )
-    reading = read_value(host, entry.path)
+    owner = plugins.owner(entry.key)
+    # A value no file holds (a NIC's rings) is read back the way its subsystem reads it.
+    found = owner.read_restore(host, entry.path) if owner is not None else None
+    reading = found if found is not None else read_value(host, entry.path)
     if isinstance(reading, Absent):
         log.warning(event, key=entry.key, old=None, new=entry.original, result="gone")
         return Outcome(entry.key, entry.path, None, entry.original, "gone")

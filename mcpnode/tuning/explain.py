@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcpnode.host import Host
-from mcpnode.tuning import paths, privilege
+from mcpnode.tuning import paths, plugins, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.facts import FACTS, netns_note
 from mcpnode.tuning.profile import list_profiles, load_profile
@@ -44,9 +44,12 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
     """Everything known about `key` (a sysctl name or a `vm:`/`cpu:` key). Reads the current
     value through `host` and every profile; broken profiles are skipped here (`profiles list`
     shows their errors). Raises ProfileError when `key` is not a key at all."""
-    lookup = paths.GOVERNOR_KEY if key.startswith(paths.GOVERNOR_KEY) else key
-    path = paths.path_of(key) if lookup != paths.GOVERNOR_KEY else None
-    if path is None and lookup != paths.GOVERNOR_KEY:
+    subsystem = plugins.owner(key)
+    # An item key (`cpu:governor:policy0`) is explained by its setting (`cpu:governor`).
+    lookup = ":".join(key.split(":")[:2]) if subsystem is not None and ":" in key else key
+    path = plugins.path_of(key)
+    # A sysctl always has its file; a `section:option` setting key may have none of its own.
+    if path is None and (subsystem is None or ":" not in key):
         problem = paths.sysctl_key_problem(key) or "not a sysctl or a vm:/cpu: key"
         raise ProfileError("(command line)", key, problem)
     current: str | None = None
@@ -75,7 +78,7 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
     set_by = [
         SetBy(file, rule, comment, tuple(names)) for (file, rule), (comment, names) in found.items()
     ]
-    facts = FACTS.get(key)
+    facts = FACTS.get(key) or (subsystem.facts(lookup) if subsystem is not None else None)
     req = privilege.requirement(key)
     need = "root (euid 0)" if req.root else ""
     if req.cap_instead_of_root is not None:

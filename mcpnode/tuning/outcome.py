@@ -9,7 +9,8 @@ from typing import Literal
 # restore-failed: writing an original back raised; unchanged: already the original (no write);
 # gone: the key vanished (module unloaded) so there is nothing to restore;
 # loaded / load-failed: a kernel module; managed: an interrupt whose affinity the kernel keeps
-# (EIO on write: tuning/plugins/irq.py), recorded, not a failure.
+# (EIO on write: tuning/plugins/irq.py), recorded, not a failure; partial: written, and the
+# kernel took less than asked (fewer huge pages: tuning/plugins/hugepages.py), `error` says what.
 Result = Literal[
     "ok",
     "failed",
@@ -20,6 +21,7 @@ Result = Literal[
     "loaded",
     "load-failed",
     "managed",
+    "partial",
 ]
 
 

@@ -14,6 +14,8 @@ from mcpnode.codec.cpus import format_list
 from mcpnode.tuning.paths import (
     BOOTLOADER_KEY,
     CONFINE_KEY,
+    CPUS_KEY,
+    HUGEPAGES_NODES_KEY,
     IRQ_POLICY_KEY,
     IRQ_RPS_KEY,
     IRQBALANCE_KEY,
@@ -49,5 +51,6 @@ class CpuPartition:
 
 def needs_partition(settings_keys: Iterable[str]) -> bool:
     """Whether a profile with these setting keys places anything against the partition."""
-    keys = (IRQ_POLICY_KEY, IRQBALANCE_KEY, IRQ_RPS_KEY, CONFINE_KEY, BOOTLOADER_KEY)
+    keys: tuple[str, ...] = (IRQ_POLICY_KEY, IRQBALANCE_KEY, IRQ_RPS_KEY, CONFINE_KEY)
+    keys += (BOOTLOADER_KEY, CPUS_KEY, HUGEPAGES_NODES_KEY)
     return any(k in keys for k in settings_keys)

@@ -24,6 +24,8 @@ THP_KEY = "vm:transparent_hugepage"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 CPUFREQ_DIR = "/sys/devices/system/cpu/cpufreq"
 GOVERNOR_KEY = "cpu:governor"
+CPUS_KEY = "cpu:cpus"  # which CPUs the per-CPU [cpu] keys touch (tuning/plugins/cpupower.py)
+HUGEPAGES_NODES_KEY = "vm:hugepages_nodes"  # where [vm] hugepages go (plugins/hugepages.py)
 # PM QoS: held by the agent (Host.hold_cpu_latency), never written to a file or journaled.
 FORCE_LATENCY_KEY = "cpu:force_latency"
 CPU_DMA_LATENCY = "/dev/cpu_dma_latency"

@@ -65,6 +65,8 @@ def requirement(key: str) -> Requirement:
         return Requirement(False, None, CAP_SYS_MODULE, "loading a kernel module")
     if key.startswith("persist:"):
         return Requirement(True, CAP_DAC_OVERRIDE, None, "/etc/sysctl.d is root-owned")
+    if key.startswith("nic:"):  # ethtool -G/-L: dev_ethtool() checks ns_capable(CAP_NET_ADMIN)
+        return Requirement(True, CAP_NET_ADMIN, None, "ethtool -G/-L need CAP_NET_ADMIN")
     if ":" in key:
         return Requirement(True, CAP_DAC_OVERRIDE, None, "sysfs files are root-owned, mode 0644")
     if key in _SYS_ADMIN_KEYS or key.startswith("net.core.bpf_jit"):

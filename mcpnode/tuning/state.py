@@ -68,13 +68,16 @@ def read_state(
     """Read what planning `profile` needs, plus `extra_paths` (journal entries to restore).
     `partition` and `managed` are passed through for `[irq]` (HostState)."""
     draft = StateDraft(modules=set(profile.modules))
-    for setting in profile.settings:
-        plugins.subsystem_of(setting.key).read(host, setting, draft)
-    readings = draft.readings
-    for path in extra_paths:
-        if path in readings:
-            continue
-        readings[path] = _restore_reading(host, path)
+    # One read pass: symlink resolutions are cached inside it (Host.oneshot), as discovery's
+    # are; a per-CPU profile reads every CPU's files under the same few directories.
+    with host.oneshot():
+        for setting in profile.settings:
+            plugins.subsystem_of(setting.key).read(host, setting, draft)
+        readings = draft.readings
+        for path in extra_paths:
+            if path in readings:
+                continue
+            readings[path] = _restore_reading(host, path)
 
     modules: frozenset[str] | None = None
     proc_modules = optional(host, paths.PROC_MODULES)

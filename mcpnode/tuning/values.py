@@ -21,7 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_INT = re.compile(r"[+-]?[0-9]+\Z", re.ASCII)
+# At most 30 digits: the kernel prints no integer longer (u64 is 20), and int() of a hostile
+# root's 5,000-digit "value" would raise (Python's 4300-digit limit); longer compares as text.
+_INT = re.compile(r"[+-]?[0-9]{1,30}\Z", re.ASCII)
 _SELECTED = re.compile(r"\[([^\[\]\s]+)\]")
 
 

@@ -8,45 +8,71 @@ names a subsystem.
 
     sysctl.py        [sysctl]        /proc/sys values (exact, at-least, preference lists)
     bootloader.py    [bootloader]    the kernel command line: GRUB drop-in or grubby
-    thp.py           [vm]            transparent huge pages
+    thp.py           [vm]            transparent huge pages: enabled, defrag, khugepaged defrag
+    hugepages.py     [vm]            2 MiB pages reserved per NUMA node (the GPUs' nodes)
     pmqos.py         [cpu]           force_latency: the PM QoS request the agent holds
-    governor.py      [cpu]           the cpufreq governor, per policy
+    governor.py      [cpu]           the cpufreq governor, per policy of the selected CPUs
+    cpupower.py      [cpu]           `cpus`, EPP, EPB, intel_pstate limits, boost
+    cstates.py       [cpu]           idle states deeper than max_latency_us disabled
     irq.py           [irq]           interrupt affinity and irqbalance's banned CPUs
     rps.py           [irq]           NIC rx queues' packet steering
     housekeeping.py  [housekeeping]  AllowedCPUs= drop-ins for system.slice, user.slice, init.scope
+    readahead.py     [storage]       read_ahead_kb of the disks under the named mounts
+    nicqueues.py     [nic]           ring sizes and channel counts, through ethtool
 
 The order of SUBSYSTEMS is the order a profile file's settings are parsed in, so the order of
 the plan, of `apply --dry-run` and of `verify`.
 
-Adding a subsystem — say CPU power (the EPP and C-state limits of each CPU) — is one new file
-and one line here:
+Adding a subsystem is one new file and one line here (cpupower.py, cstates.py, hugepages.py and
+readahead.py were added so):
 
-1. `plugins/cpupower.py`: a `Subsystem` subclass with `name = "cpupower"`, `section = "cpu"`,
-   `options = ("epp", "max_cstate")` (the `[cpu]` keys it takes; they join governor's and
-   force_latency's), `owns()` true for its setting keys (`cpu:epp`) and item keys
-   (`cpu:epp:cpu3`), `parse` (validate with base.err and friends), `read` (into the draft's
-   `readings` for one-file values, `found[self.name]` for anything else), `plan` (base.value_item
-   compares and decides for a one-file value; `unusable` answers an absent or unreadable one).
-   `write` defaults to writing the value with a newline, which sysfs values need.
-2. Add `cpupower.CpuPower()` to SUBSYSTEMS below, where its settings should come in the plan.
-3. New item keys need their path in paths.path_of (the journal accepts only paths it names)
-   and their privilege in privilege.py.
+1. `plugins/NAME.py`: a `Subsystem` subclass with `name`, `section` and `options` (the keys of
+   the section it takes; they join the section's other subsystems'), `owns()` true for its
+   setting keys (`cpu:energy_perf_bias`) and item keys (`cpu:energy_perf_bias:cpu3`),
+   `path_of()` naming the one file of each item key (the journal accepts no other path),
+   `key_facts` for `profiles explain`, `parse` (validate with base.err and friends), `read`
+   (into the draft's `readings` for one-file values, `found[...]` for anything else), `plan`
+   (base.value_item compares and decides for a one-file value; `unusable` answers an absent or
+   unreadable one). `write` defaults to writing the value with a newline, which sysfs values
+   need; `granted` says when the kernel took less than was written (a partial result).
+2. Add it to SUBSYSTEMS below, where its settings should come in the plan.
+3. Its item keys need their privilege in privilege.py when it is not a root-owned sysfs file.
 """
 
 from __future__ import annotations
 
-from mcpnode.tuning.plugins import bootloader, governor, housekeeping, irq, pmqos, rps, sysctl, thp
+from mcpnode.tuning import paths
+from mcpnode.tuning.plugins import (
+    bootloader,
+    cpupower,
+    cstates,
+    governor,
+    housekeeping,
+    hugepages,
+    irq,
+    nicqueues,
+    pmqos,
+    readahead,
+    rps,
+    sysctl,
+    thp,
+)
 from mcpnode.tuning.plugins.base import Subsystem
 
 SUBSYSTEMS: tuple[Subsystem, ...] = (
     sysctl.Sysctl(),
     bootloader.Bootloader(),
     thp.TransparentHugepages(),
+    hugepages.Hugepages(),
     pmqos.PmQos(),
     governor.Governor(),
+    cpupower.CpuPower(),
+    cstates.CStates(),
     irq.Irq(),
     rps.Rps(),
     housekeeping.Housekeeping(),
+    readahead.Readahead(),
+    nicqueues.NicQueues(),
 )
 
 
@@ -57,6 +83,13 @@ def owner(key: str) -> Subsystem | None:
         if subsystem.owns(key):
             return subsystem
     return None
+
+
+def path_of(key: str) -> str | None:
+    """The one file `key` (a plan item's or a journal entry's) writes, as its subsystem says;
+    None for a key that names no file."""
+    subsystem = owner(key)
+    return subsystem.path_of(key) if subsystem is not None else paths.path_of(key)
 
 
 def subsystem_of(key: str) -> Subsystem:

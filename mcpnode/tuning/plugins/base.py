@@ -19,6 +19,7 @@ from mcpnode.codec import cpus
 from mcpnode.host import Host
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.errors import ProfileError
+from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
 from mcpnode.tuning.partition import CpuPartition
@@ -74,6 +75,8 @@ class Subsystem(ABC):
     skipped_is_drift: ClassVar[bool] = False
     # Whether writing "" as a whole file removes it (a drop-in) or writes it empty.
     empty_file_removes: ClassVar[bool] = True
+    # The kernel default and a note of each setting key, for `profiles explain`.
+    key_facts: ClassVar[Mapping[str, KeyFacts]] = {}
 
     @abstractmethod
     def owns(self, key: str) -> bool:
@@ -90,6 +93,19 @@ class Subsystem(ABC):
     @abstractmethod
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         """Decide (pure) the items of `setting` on a host in `state`."""
+
+    def path_of(self, key: str) -> str | None:
+        """The one file an item key of ours writes (the journal accepts no other), or None."""
+        return paths.path_of(key)
+
+    def facts(self, key: str) -> KeyFacts | None:
+        """The kernel default and a note for `profiles explain` of a setting key of ours."""
+        return self.key_facts.get(key)
+
+    def granted(self, host: Host, key: str, path: str, new: str) -> str | None:
+        """After writing `new`: the value the kernel actually took when it took less (it may
+        reserve fewer huge pages than asked), else None. Raises HostError."""
+        return None
 
     def modules_for(
         self, setting: Setting, items: Sequence[PlanItem], state: HostState

@@ -1,14 +1,16 @@
-"""The cpufreq governor (`[cpu] governor`): the first of the profile's list that each cpufreq
-policy offers (scaling_available_governors), one item per policy. A CPU-power subsystem
-(EPP, C-states) is planned beside it."""
+"""The cpufreq governor (`[cpu] governor`): the first of the profile's list that the cpufreq
+driver offers (scaling_available_governors, read once from the first policy: one driver serves
+every policy, with one list), one item per policy driving a CPU of `[cpu] cpus`
+(plugins/cpupower.py, which plans EPP, EPB and the P-state limits beside it)."""
 
 from __future__ import annotations
 
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
+from mcpnode.tuning.plugins import cpupower
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, token_list, value_item
-from mcpnode.tuning.read import optional, read_value, tokens
+from mcpnode.tuning.read import read_value
 from mcpnode.tuning.values import Prefer, describe
 
 
@@ -31,13 +33,15 @@ class Governor(Subsystem):
         return [Setting(paths.GOVERNOR_KEY, Prefer(wanted), section.file, note)]
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
-        names = host.listdir_optional(paths.CPUFREQ_DIR)
-        policies = tuple(n for n in names or () if paths.is_policy(n)) if names else None
-        draft.policies = policies
-        for policy in policies or ():
+        cpupower.read_cpus(host, draft)
+        cpupower.read_policies(host, draft)
+        policies = draft.policies or ()
+        for policy in policies:
             gov = paths.governor_path(policy)
-            draft.readings[gov] = read_value(host, gov)
-            draft.available[gov] = tokens(optional(host, paths.governors_available_path(policy)))
+            if gov not in draft.readings:
+                draft.readings[gov] = read_value(host, gov)
+            offered = "scaling_available_governors"
+            draft.available[gov] = cpupower.offered(host, draft, offered, policies[0])
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         if not state.policies:
@@ -46,7 +50,10 @@ class Governor(Subsystem):
                 f"no cpufreq policies under {paths.CPUFREQ_DIR} (no cpufreq driver; common in VMs)"
             )
             return [PlanItem(setting.key, "", rule, None, None, "unsupported", why, setting.source)]
+        chosen = cpupower.selected(state)
+        if isinstance(chosen, tuple):
+            return [cpupower.scope_item(setting, chosen)]
         return [
             value_item(f"{setting.key}:{policy}", paths.governor_path(policy), setting, state)
-            for policy in state.policies
+            for policy in cpupower.selected_policies(state, chosen)
         ]
