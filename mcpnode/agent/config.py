@@ -22,8 +22,8 @@ from mcpnode.audit.expectation import Expectation, ExpectError
 from mcpnode.audit.xid_policy import PolicyError, XidPolicy, parse_audit_table
 from mcpnode.codec import toml_bounded
 from mcpnode.errors import (
+    FileKeyError,
     HostError,
-    McpnodeError,
     NotRegularFile,
     PathNotFound,
     SymlinkLoop,
@@ -59,15 +59,8 @@ PinScope = Literal["slice", "node"]
 SlurmType = Literal["autodetect", "short"]
 
 
-class ConfigError(McpnodeError):
+class ConfigError(FileKeyError):
     """The configuration cannot be used. `file` and `key` say where (key None: the whole file)."""
-
-    def __init__(self, file: str, key: str | None, detail: str) -> None:
-        where = f"{file}: {key}" if key else file
-        super().__init__(f"{where}: {detail}")
-        self.file = file
-        self.key = key
-        self.detail = detail
 
 
 class ConfigUnreadable(ConfigError):
