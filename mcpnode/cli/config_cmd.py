@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from mcpnode.cli.options import F, profiles_dir_option, root_option
+from mcpnode.cli.options import F, format_option, profiles_dir_option, root_option
 
 if TYPE_CHECKING:
     from mcpnode.agent.config import AgentConfig, ConfigError, PinRule
@@ -65,12 +65,6 @@ def host_file_option(fn: F) -> F:
         "--host-file",
         is_flag=True,
         help="FILE is a path on this machine, not under --root (Ansible's validate: copy).",
-    )(fn)
-
-
-def format_option(fn: F) -> F:
-    return click.option(
-        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
     )(fn)
 
 

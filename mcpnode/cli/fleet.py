@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import click
 
+from mcpnode.cli.options import format_option
+
 
 @click.command("fleet-report")
 @click.argument("directory", metavar="DIR", type=click.Path(path_type=str))
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 @click.pass_context
 def fleet_report(ctx: click.Context, directory: str, fmt: str) -> None:
     """Compare many hosts' manifests: per property, the majority and the outliers.

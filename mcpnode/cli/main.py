@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -20,6 +21,9 @@ from mcpnode.cli.errors import error_line
 from mcpnode.cli.options import (
     F,
     check_output_dir,
+    config_option,
+    format_option,
+    housekeeping_option,
     profiles_dir_option,
     root_option,
     state_dir_option,
@@ -58,9 +62,7 @@ def cli(color: str | None) -> None:
 @click.option(
     "--p2p", is_flag=True, help="GPU peer-to-peer matrix (`nvidia-smi topo -p2p r`) and ACS."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
     output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt)
@@ -69,9 +71,7 @@ def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
 
 @cli.command()
 @root_option
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def gpus(root: str, fmt: str) -> None:
     """Per-GPU table: bus id, NUMA, PCIe, NVLink, persistence, ECC, row remapping, MIG, fabric."""
     _echo(commands.gpus_command(root, fmt=fmt))
@@ -90,9 +90,7 @@ def gpus(root: str, fmt: str) -> None:
 @click.option(
     "--probe", "with_probe", is_flag=True, help="Also record a probe run (uses the GPUs)."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def snapshot(root: str, output: Path, with_probe: bool, fmt: str) -> None:
     """Capture exactly the files discovery reads into a tarball usable as --root."""
     from mcpnode.host import Host
@@ -115,13 +113,20 @@ def snapshot(root: str, output: Path, with_probe: bool, fmt: str) -> None:
 # -- tuning -----------------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
 PROFILE_HELP = "Profile name: a shipped profile, or one in /etc/mcpnode/profiles (which wins)."
 
 
-def format_option(fn: F) -> F:
-    return click.option(
-        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-    )(fn)
+def echo_rendered(
+    fmt: str, value: T, as_json: Callable[[T], str], as_text: Callable[[T], str]
+) -> None:
+    """Print `value` as `--format` asks: the JSON document (one line more), or the text, which
+    ends its own lines."""
+    if fmt == "json":
+        click.echo(as_json(value))
+    else:
+        click.echo(as_text(value), nl=False)
 
 
 def wait_option(fn: F) -> F:
@@ -186,10 +191,7 @@ def profiles_list(root: str, profiles_dir: Path | None, fmt: str) -> None:
 
     with Host(root) as host:
         rows = list_profiles(host, profiles_dir)
-    if fmt == "json":
-        click.echo(render_tuning.profiles_json(rows))
-    else:
-        click.echo(render_tuning.profiles_text(rows), nl=False)
+    echo_rendered(fmt, rows, render_tuning.profiles_json, render_tuning.profiles_text)
 
 
 @profiles.command("show")
@@ -205,10 +207,7 @@ def profiles_show(name: str, root: str, profiles_dir: Path | None, fmt: str) -> 
 
     with Host(root) as host:
         profile = load_profile(name, host, profiles_dir)
-    if fmt == "json":
-        click.echo(render_tuning.profile_json(profile))
-    else:
-        click.echo(render_tuning.profile_text(profile), nl=False)
+    echo_rendered(fmt, profile, render_tuning.profile_json, render_tuning.profile_text)
 
 
 @profiles.command("explain")
@@ -225,23 +224,13 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
 
     with Host(root) as host:
         explanation = explain(key, host, profiles_dir)
-    if fmt == "json":
-        click.echo(render_tuning.explain_json(explanation))
-    else:
-        click.echo(render_tuning.explain_text(explanation), nl=False)
+    echo_rendered(fmt, explanation, render_tuning.explain_json, render_tuning.explain_text)
 
 
 @profiles.command("active")
 @root_option
 @state_dir_option
-@click.option(
-    "--config",
-    "config_path",
-    default="/etc/mcpnode/mcpnode.toml",
-    show_default=True,
-    metavar="PATH",
-    help="Agent configuration whose [tuning] profile counts as configured; under --root.",
-)
+@config_option("Agent configuration whose [tuning] profile counts as configured; under --root.")
 @format_option
 def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: str) -> None:
     """The profile this host is tuned with, and where that answer comes from: the running
@@ -252,10 +241,7 @@ def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: st
 
     with Host(root) as host:
         active = active_profile(host, _journal_store(host, state_dir), config_path)
-    if fmt == "json":
-        click.echo(render_tuning.active_json(active))
-    else:
-        click.echo(render_tuning.active_text(active), nl=False)
+    echo_rendered(fmt, active, render_tuning.active_json, render_tuning.active_text)
 
 
 @cli.command()
@@ -296,10 +282,7 @@ def apply(
         result = apply_profile(
             host, profile, store, persist=persist, dry_run=dry_run, partition=partition
         )
-    if fmt == "json":
-        click.echo(render_tuning.apply_json(result))
-    else:
-        click.echo(render_tuning.apply_text(result), nl=False)
+    echo_rendered(fmt, result, render_tuning.apply_json, render_tuning.apply_text)
 
 
 @cli.command()
@@ -335,19 +318,20 @@ def verify(
         if profile_name is None:
             active = active_profile(host, _journal_store(host, state_dir))
             if active.name is None:
-                if fmt == "json":
-                    click.echo(render_tuning.verify_none_json(active))
-                else:
-                    click.echo(render_tuning.verify_none_text(active), nl=False)
+                echo_rendered(
+                    fmt, active, render_tuning.verify_none_json, render_tuning.verify_none_text
+                )
                 ctx.exit(EXIT_UNKNOWN)
             profile_name = active.name
         profile = load_profile(profile_name, host, profiles_dir)
         managed = _journal_store(host, state_dir).managed_irqs()
         report = verify_profile(host, profile, _partition(host, profile), managed)
-    if fmt == "json":
-        click.echo(render_tuning.verify_json(report, active))
-    else:
-        click.echo(render_tuning.verify_text(report, active), nl=False)
+    echo_rendered(
+        fmt,
+        report,
+        lambda v: render_tuning.verify_json(v, active),
+        lambda v: render_tuning.verify_text(v, active),
+    )
     if report.compliant is False:
         ctx.exit(EXIT_FINDINGS)
     if report.compliant is None:
@@ -371,10 +355,7 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     with Host(root) as host:
         store = _journal_store(host, state_dir, _command_line("rollback"), wait_s)
         result = rollback_tuning(host, store)
-    if fmt == "json":
-        click.echo(render_tuning.rollback_json(result))
-    else:
-        click.echo(render_tuning.rollback_text(result), nl=False)
+    echo_rendered(fmt, result, render_tuning.rollback_json, render_tuning.rollback_text)
 
 
 # -- audit ------------------------------------------------------------------------------------
@@ -500,23 +481,11 @@ def manifest() -> None:
     """The topology manifest (/run/mcpnode/manifest.json, schema mcpnode.manifest/v1)."""
 
 
-def housekeeping_option(fn: F) -> F:
-    return click.option(
-        "--housekeeping",
-        default="first-core",
-        show_default=True,
-        metavar="first-core|none|CPULIST",
-        help="CPUs kept out of every GPU's exclusive slice.",
-    )(fn)
-
-
 @manifest.command("publish")
 @root_option
 @housekeeping_option
 @profiles_dir_option
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fmt: str) -> None:
     """Build the manifest and write it atomically (mode 0644) to run/mcpnode/manifest.json."""
     from mcpnode.cli import render_placement
@@ -543,9 +512,7 @@ def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fm
 @housekeeping_option
 @profiles_dir_option
 @click.option("--published", is_flag=True, help="Show the published file (checked), not a new one.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def manifest_show(
     root: str, housekeeping: str, profiles_dir: Path | None, published: bool, fmt: str
 ) -> None:
@@ -572,14 +539,7 @@ def manifest_show(
 )
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the file; write nothing.")
 @click.option("--no-audit", is_flag=True, help="Leave the audit counts and drift out.")
-@click.option(
-    "--housekeeping",
-    "housekeeping",
-    default="first-core",
-    show_default=True,
-    metavar="first-core|none|CPULIST",
-    help="CPUs kept out of every GPU's exclusive slice.",
-)
+@housekeeping_option
 @click.option(
     "--slurm-type",
     type=click.Choice(["autodetect", "short"]),
@@ -839,14 +799,7 @@ def systemd_dropin(
 
 
 @cli.command()
-@click.option(
-    "--config",
-    "config_path",
-    default="/etc/mcpnode/mcpnode.toml",
-    show_default=True,
-    metavar="PATH",
-    help="Agent configuration (docs/config.md); under --root.",
-)
+@config_option("Agent configuration (docs/config.md); under --root.")
 @root_option
 @profiles_dir_option
 @click.option("--inject-fd", type=int, default=None, hidden=True, help="Read JSON device events.")

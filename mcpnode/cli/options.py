@@ -25,6 +25,40 @@ def root_option(fn: F) -> F:
     )(fn)
 
 
+def format_option(fn: F) -> F:
+    """`--format text|json` (default text), as `fmt`."""
+    return click.option(
+        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    )(fn)
+
+
+def config_option(help_text: str) -> Callable[[F], F]:
+    """`--config PATH`: the agent's configuration file (under --root), as `config_path`."""
+
+    def deco(fn: F) -> F:
+        return click.option(
+            "--config",
+            "config_path",
+            default="/etc/mcpnode/mcpnode.toml",
+            show_default=True,
+            metavar="PATH",
+            help=help_text,
+        )(fn)
+
+    return deco
+
+
+def housekeeping_option(fn: F) -> F:
+    """`--housekeeping first-core|none|CPULIST` (default first-core)."""
+    return click.option(
+        "--housekeeping",
+        default="first-core",
+        show_default=True,
+        metavar="first-core|none|CPULIST",
+        help="CPUs kept out of every GPU's exclusive slice.",
+    )(fn)
+
+
 def _dir_option(flag: str, dest: str, help_text: str) -> Callable[[F], F]:
     """An optional directory option (None when not given)."""
 
