@@ -200,10 +200,13 @@ def collect(host: HostReader, ctx: AuditContext) -> XidFacts:
 
     def on_records(records: Iterable[LogRecord], source: str) -> None:
         for r in records:
-            x = parse_xid(r, source)
+            try:
+                x = parse_xid(r, source)
+                sx = parse_sxid(r)
+            except ValueError:
+                continue  # an XID past 32 bits: no driver wrote it (as the agent skips it)
             if x is not None:
                 xids.add(x)
-            sx = parse_sxid(r)
             if sx is not None:
                 sxids.add(sx)
 
