@@ -10,8 +10,8 @@ working directory. `--host-file` takes FILE from this machine whatever `--root` 
 temporary copy, checked against the profiles of a root being provisioned).
 
 main.py registers this group (`cli.add_command(config)`) and so imports this module: importing
-main.py back at import time would be circular, hence the local --root/--profiles-dir options
-(same flags, defaults and help as main.py's) and the exit codes imported inside the commands.
+main.py back at import time would be circular, hence the shared options from cli/options.py
+(as main.py uses them) and the exit codes (mcpnode/exitcodes.py) imported inside the commands.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`mcpnode fleet-report DIR`: compare many published manifests, name the outliers.
 
-Registered by cli/main.py (`cli.add_command(fleet_report)`); exit codes are main.py's.
+Registered by cli/main.py (`cli.add_command(fleet_report)`); its exit codes are
+mcpnode/exitcodes.py's.
 """
 
 from __future__ import annotations
