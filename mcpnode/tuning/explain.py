@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcpnode.host import Host
-from mcpnode.tuning import paths, privilege
+from mcpnode.tuning import paths, plugins, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.facts import FACTS, netns_note
 from mcpnode.tuning.profile import list_profiles, load_profile
@@ -44,11 +44,12 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
     """Everything known about `key` (a sysctl name or a `vm:`/`cpu:` key). Reads the current
     value through `host` and every profile; broken profiles are skipped here (`profiles list`
     shows their errors). Raises ProfileError when `key` is not a key at all."""
-    lookup = paths.GOVERNOR_KEY if key.startswith(paths.GOVERNOR_KEY) else key
-    path = paths.path_of(key) if lookup != paths.GOVERNOR_KEY else None
-    if path is None and lookup != paths.GOVERNOR_KEY:
+    subsystem = plugins.owner(key)
+    explained = subsystem.explained(key) if subsystem is not None else None
+    if explained is None:
         problem = paths.sysctl_key_problem(key) or "not a sysctl or a vm:/cpu: key"
         raise ProfileError("(command line)", key, problem)
+    lookup, path = explained
     current: str | None = None
     current_note: str | None = None
     if path is not None:
@@ -76,7 +77,7 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
         SetBy(file, rule, comment, tuple(names)) for (file, rule), (comment, names) in found.items()
     ]
     facts = FACTS.get(key)
-    req = privilege.requirement(key)
+    req = plugins.requirement(key)
     need = "root (euid 0)" if req.root else ""
     if req.cap_instead_of_root is not None:
         need += f" or {privilege.CAP_NAMES[req.cap_instead_of_root]}"

@@ -56,7 +56,7 @@ from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import FileStat, Host
 from mcpnode.state.lock import DEFAULT_WAIT_S, LOCK_NAME, StateLock
 from mcpnode.state.places import JOURNAL_PATH
-from mcpnode.tuning import paths
+from mcpnode.tuning import paths, plugins
 from mcpnode.tuning.errors import JournalError
 from mcpnode.tuning.profile import PROFILE_NAME
 
@@ -253,7 +253,7 @@ def from_json(text: str, where: str) -> Journal:
         key, path, original = raw["key"], raw["path"], raw["original"]
         meta = None
         if "file" in raw:
-            if key not in paths.FILE_KEYS:
+            if not isinstance(key, str) or not plugins.is_file_key(key):
                 raise JournalError(where, f"entry {i}: {str(key)[:80]!r} is not a file key")
             try:
                 meta = _file_meta(raw["file"])
@@ -261,9 +261,9 @@ def from_json(text: str, where: str) -> Journal:
                 raise JournalError(where, f"entry {i}: {err}") from err
             if meta.kind == "absent" and original != "":
                 raise JournalError(where, f"entry {i}: an absent file has no original text")
-        if not isinstance(key, str) or not isinstance(path, str) or paths.path_of(key) != path:
+        if not isinstance(key, str) or not isinstance(path, str) or plugins.path_of(key) != path:
             raise JournalError(where, f"entry {i}: {str(path)[:80]!r} is not the file of {key!r}")
-        limit = MAX_ORIGINAL_BYTES if key in paths.FILE_KEYS else 4096
+        limit = MAX_ORIGINAL_BYTES if plugins.is_file_key(key) else 4096
         problem = _original_problem(original, limit)
         if problem:
             raise JournalError(where, f"entry {i}: original {problem}")

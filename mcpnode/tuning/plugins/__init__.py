@@ -29,12 +29,15 @@ and one line here:
    compares and decides for a one-file value; `unusable` answers an absent or unreadable one).
    `write` defaults to writing the value with a newline, which sysfs values need.
 2. Add `cpupower.CpuPower()` to SUBSYSTEMS below, where its settings should come in the plan.
-3. New item keys need their path in paths.path_of (the journal accepts only paths it names)
-   and their privilege in privilege.py.
+   Its item keys' files are `path_of` (the journal accepts only paths the owner names), and
+   what writing them needs is `requirement` (the default, root or CAP_DAC_OVERRIDE for a
+   `section:option` key, fits sysfs values); `file_keys`, `atomic_files` and `explained` are
+   for subsystems that write whole files or whose keys need explaining (base.py lists them).
 """
 
 from __future__ import annotations
 
+from mcpnode.tuning import privilege
 from mcpnode.tuning.plugins import bootloader, governor, housekeeping, irq, pmqos, rps, sysctl, thp
 from mcpnode.tuning.plugins.base import Subsystem
 
@@ -65,6 +68,39 @@ def subsystem_of(key: str) -> Subsystem:
     if subsystem is None:
         raise KeyError(key)
     return subsystem
+
+
+def path_of(key: str) -> str | None:
+    """The one file `key` writes, as its owner says; None for a key that writes no file
+    (modules, profile settings expanded into items) or that no subsystem owns. The journal
+    checks every entry against this, so a tampered journal cannot aim a restore elsewhere."""
+    subsystem = owner(key)
+    return subsystem.path_of(key) if subsystem is not None else None
+
+
+def is_file_key(key: str) -> bool:
+    """Whether `key`'s journal original is a whole file (restored byte for byte)."""
+    subsystem = owner(key)
+    return subsystem is not None and key in subsystem.file_keys
+
+
+def is_raw_key(key: str) -> bool:
+    """Whether `key`'s journal original is kept exactly as read: the whole files, and the
+    values a subsystem keeps unnormalised (grubby's argument string)."""
+    subsystem = owner(key)
+    return subsystem is not None and (key in subsystem.file_keys or key in subsystem.raw_keys)
+
+
+def atomic_files() -> tuple[str, ...]:
+    """Every file a subsystem replaces with Host.write_file_atomic, in registry order."""
+    return tuple(path for subsystem in SUBSYSTEMS for path in subsystem.atomic_files)
+
+
+def requirement(key: str) -> privilege.Requirement:
+    """What writing `key` needs: its owner's answer, else the rule by the key's shape
+    (`module:NAME`, `persist:...`)."""
+    subsystem = owner(key)
+    return subsystem.requirement(key) if subsystem is not None else privilege.requirement(key)
 
 
 def sections() -> tuple[str, ...]:

@@ -2,6 +2,26 @@
 it owns, parse its section, read the host, plan, write. Verify is not a method: it re-plans
 with the same `plan`, so it cannot drift from apply.
 
+A subsystem also declares the facts about its keys that the engine's central modules used to
+keep in tables of their own, so that adding a subsystem touches no other module (the registry,
+plugins/__init__.py, asks the owner of a key):
+
+- `path_of(key)`: the one file an item key writes (the journal accepts an entry only at the
+  path its key's owner names here); None for a key that writes no file.
+- `file_keys`: keys whose journal original is a whole file, written atomically by apply with
+  `file_text` and restored byte for byte ("" for a drop-in that did not exist: removed).
+  `raw_keys`: further keys whose original is kept exactly as read (grubby's argument string).
+- `atomic_files`: the files it replaces with Host.write_file_atomic, whose temporaries a
+  killed run left behind are removed when the next run starts.
+- `requirement(key)`: what writing a key needs (privilege.py); the default is the rule by the
+  key's shape (a `section:option` key is a root-owned sysfs or /etc file). The engine asks
+  the registry (explain, a refused write's hint); a subsystem that refines it passes its
+  answer to privilege.missing in its own `plan`.
+- `explained(key)`: for `mcpnode profiles explain`, the profile setting a key is (or is an
+  item of) and the one file whose value is shown.
+
+Everything below the abstract methods has a default, so the interface grows additively.
+
 Also here: what the subsystems share to do so, the profile field checks (`err`,
 `text_problem`, `token_list`, `module_list`) and the plan's common answers (`unusable`,
 `same_cpus`).
@@ -74,6 +94,11 @@ class Subsystem(ABC):
     skipped_is_drift: ClassVar[bool] = False
     # Whether writing "" as a whole file removes it (a drop-in) or writes it empty.
     empty_file_removes: ClassVar[bool] = True
+    # Keys whose journal original is a whole file; keys kept exactly as read besides those.
+    file_keys: ClassVar[frozenset[str]] = frozenset()
+    raw_keys: ClassVar[frozenset[str]] = frozenset()
+    # Files replaced with Host.write_file_atomic (their stale temporaries removed at start).
+    atomic_files: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def owns(self, key: str) -> bool:
@@ -91,6 +116,21 @@ class Subsystem(ABC):
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         """Decide (pure) the items of `setting` on a host in `state`."""
 
+    def path_of(self, key: str) -> str | None:
+        """The one file item `key` of ours writes; None for a key that writes no file."""
+        return None
+
+    def requirement(self, key: str) -> privilege.Requirement:
+        """What writing `key` needs; by default the rule by the key's shape."""
+        return privilege.requirement(key)
+
+    def explained(self, key: str) -> tuple[str, str | None] | None:
+        """`key` as `mcpnode profiles explain` shows it: the profile setting it is (or is an
+        item of) and the one file whose current value is shown (None: no single file); None
+        when it cannot be explained (a key that writes no file of its own)."""
+        path = self.path_of(key)
+        return (key, path) if path is not None else None
+
     def modules_for(
         self, setting: Setting, items: Sequence[PlanItem], state: HostState
     ) -> list[tuple[str, str]]:
@@ -102,7 +142,7 @@ class Subsystem(ABC):
         return None
 
     def write(self, host: Host, key: str, path: str, new: str, whole: bool) -> str | None:
-        """Write one value that is not a whole file (paths.FILE_KEYS are written by apply,
+        """Write one value that is not a whole file (`file_keys` are written by apply,
         atomically, with `file_text`). Returns the value before when it reads it itself, else
         None. Raises HostError."""
         host.write_text(path, new + "\n")

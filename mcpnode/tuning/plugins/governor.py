@@ -20,6 +20,15 @@ class Governor(Subsystem):
     def owns(self, key: str) -> bool:
         return key == paths.GOVERNOR_KEY or key.startswith(paths.GOVERNOR_KEY + ":")
 
+    def path_of(self, key: str) -> str | None:
+        """`cpu:governor:policyN` -> that policy's scaling_governor."""
+        policy = key[len(paths.GOVERNOR_KEY) + 1 :] if key.startswith(paths.GOVERNOR_KEY) else ""
+        return paths.governor_path(policy) if paths.is_policy(policy) else None
+
+    def explained(self, key: str) -> tuple[str, str | None] | None:
+        # One setting for every policy: explained as the setting, with no single file to show.
+        return (paths.GOVERNOR_KEY, None) if self.owns(key) else None
+
     def parse(self, section: SectionInput) -> list[Setting]:
         if "governor" not in section.table:
             return []

@@ -35,6 +35,9 @@ class Sysctl(Subsystem):
     def owns(self, key: str) -> bool:
         return ":" not in key
 
+    def path_of(self, key: str) -> str | None:
+        return paths.sysctl_path(key) if paths.sysctl_key_problem(key) is None else None
+
     def parse(self, section: SectionInput) -> list[Setting]:
         file, out = section.file, []
         for key, value in section.table.items():

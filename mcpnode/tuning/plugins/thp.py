@@ -23,6 +23,9 @@ class TransparentHugepages(Subsystem):
     def owns(self, key: str) -> bool:
         return key == paths.THP_KEY
 
+    def path_of(self, key: str) -> str | None:
+        return paths.THP_ENABLED if key == paths.THP_KEY else None
+
     def parse(self, section: SectionInput) -> list[Setting]:
         return one_of(section, "vm", "transparent_hugepage", THP_CHOICES, paths.THP_KEY)
 
