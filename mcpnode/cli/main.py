@@ -6,11 +6,12 @@ that need them so `mcpnode --help` stays fast.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -33,8 +34,8 @@ from mcpnode.errors import (
 )
 
 if TYPE_CHECKING:
+    from mcpnode.cli.placing import PlacementRequest
     from mcpnode.host import Host
-    from mcpnode.placement.apply import Target
     from mcpnode.tuning.journal import JournalStore
     from mcpnode.tuning.partition import CpuPartition
     from mcpnode.tuning.profile import Profile
@@ -230,7 +231,9 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
 @profiles.command("active")
 @root_option
 @state_dir_option
-@config_option("Agent configuration whose [tuning] profile counts as configured; under --root.")
+@config_option(
+    help="Agent configuration whose [tuning] profile counts as configured; under --root."
+)
 @format_option
 def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: str) -> None:
     """The profile this host is tuned with, and where that answer comes from: the running
@@ -592,60 +595,55 @@ def export(
 # -- process placement: exec, pin, systemd-dropin ---------------------------------------------
 
 
-def placement_options(fn: F) -> F:
-    """--gpu, --scope, --membind/--preferred, --housekeeping, --fresh, --root: what to place on."""
-    fn = click.option(
+def placement_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """--gpu, --scope, --membind/--preferred, --housekeeping, --fresh, --root: what to place on,
+    handed to the command as one `placement` (cli/placing.py)."""
+
+    @functools.wraps(fn)
+    def command(
+        *,
+        root: str,
+        selector: str,
+        scope: str,
+        membind: bool,
+        housekeeping: str | None,
+        fresh: bool,
+        **rest: Any,
+    ) -> None:
+        from mcpnode.cli.placing import PlacementRequest
+
+        request = PlacementRequest(root, selector, scope, membind, housekeeping, fresh)
+        fn(placement=request, **rest)
+
+    command = click.option(
         "--fresh",
         is_flag=True,
         help="Discover the topology instead of using the published manifest.",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--housekeeping",
         default=None,
         metavar="first-core|none|CPULIST",
         help="CPUs kept out of every GPU's exclusive slice (default: the published manifest's "
         "policy, else first-core).",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--membind/--preferred",
         "membind",
         default=False,
         help="Memory policy: bind to the GPU's node (no fallback), or prefer it (default).",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--scope",
         type=click.Choice(["slice", "node"]),
         default="slice",
         show_default=True,
         help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."
-    )(fn)
-    return root_option(fn)
-
-
-def _target(
-    live: Host,
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-) -> Target:
-    """The placement Target for pin and systemd-dropin (cli/commands.py placement_target)."""
-    target, _ = commands.placement_target(
-        live,
-        root,
-        selector,
-        scope=scope,
-        membind=membind,
-        housekeeping=housekeeping,
-        fresh=fresh,
-        notice=_say,
-    )
-    return target
+    )(command)
+    return root_option(command)
 
 
 def _echo(text: str) -> None:
@@ -673,29 +671,16 @@ def _say(line: str) -> None:
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_command(
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-    dry_run: bool,
-    fmt: str,
-    command: tuple[str, ...],
+    placement: PlacementRequest, dry_run: bool, fmt: str, command: tuple[str, ...]
 ) -> None:
     """Run COMMAND (no shell) on the GPU's CPUs, memory node and environment:
     `mcpnode exec --gpu 0 -- python serve.py`. The placement is the published manifest's when it
     is current (else the topology under --root is discovered), clipped to the CPUs this process
     may use; the CPU affinity and memory policy are always set on this machine's kernel."""
     text = commands.exec_command(
-        root,
-        selector,
+        placement,
         command,
         os.environ,
-        scope=scope,
-        membind=membind,
-        housekeeping=housekeeping,
-        fresh=fresh,
         dry_run=dry_run,
         fmt=fmt,
         notice=_say,
@@ -714,18 +699,7 @@ def exec_command(
     help="Also move the process's memory to the GPU's node (migrate_pages), reporting its "
     "numa_maps before and after.",
 )
-def pin(
-    pid: int,
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-    force: bool,
-    fmt: str,
-    migrate: bool,
-) -> None:
+def pin(pid: int, placement: PlacementRequest, force: bool, fmt: str, migrate: bool) -> None:
     """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
     Refuses kernel threads, and processes already narrowed by someone else unless --force."""
     from mcpnode.cli import render_exec
@@ -733,7 +707,7 @@ def pin(
     from mcpnode.placement.apply import pin_process
 
     live = Host("/")
-    target = _target(live, root, selector, scope, membind, housekeeping, fresh)
+    target, _ = commands.placement_target(live, placement, _say)
     result = pin_process(live, pid, target, force=force)
     move = None
     if migrate:
@@ -765,16 +739,7 @@ def pin(
     help="Also run the service in slice NAME (Slice=), outside a confined system.slice.",
 )
 def systemd_dropin(
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-    unit: str,
-    do_write: bool,
-    fmt: str,
-    slice_name: str | None,
+    placement: PlacementRequest, unit: str, do_write: bool, fmt: str, slice_name: str | None
 ) -> None:
     """Print (or --write) etc/systemd/system/NAME.service.d/50-mcpnode-placement.conf:
     CPUAffinity=, NUMAPolicy=, NUMAMask= and Environment= for the GPU's placement."""
@@ -783,11 +748,11 @@ def systemd_dropin(
 
     name = systemd.unit_name(unit)
     slice_unit = systemd.slice_name(slice_name) if slice_name is not None else None
-    target = _target(Host("/"), root, selector, scope, membind, housekeeping, fresh)
+    target, _ = commands.placement_target(Host("/"), placement, _say)
     text = systemd.render_dropin(name, target, slice_unit)
     path = systemd.dropin_path(name)
     if do_write:
-        with Host(root) as host:
+        with Host(placement.root) as host:
             path = systemd.write_dropin(host, name, text)
         click.echo(f"wrote {path}; run `systemctl daemon-reload` and restart {name}", err=True)
     if fmt == "json":
@@ -799,7 +764,7 @@ def systemd_dropin(
 
 
 @cli.command()
-@config_option("Agent configuration (docs/config.md); under --root.")
+@config_option(help="Agent configuration (docs/config.md); under --root.")
 @root_option
 @profiles_dir_option
 @click.option("--inject-fd", type=int, default=None, hidden=True, help="Read JSON device events.")
