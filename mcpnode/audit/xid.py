@@ -158,7 +158,7 @@ class SxidEvent:
 # field can hold. /dev/kmsg's sequence number and timestamp are u64 (at most 20 digits: a
 # longer head is not a record); journalctl's seconds fit 12. An XID or SXID is a 32-bit number
 # (10 digits); the digit after those is captured rather than refused by the pattern, so a
-# record with a longer one is still seen, and rejected by _number (ValueError: the agent counts
+# record with a longer one is still seen, and rejected by _search (ValueError: the agent counts
 # it as skipped, agent/health.py) instead of silently not matching.
 _KMSG_HEAD = re.compile(r"(\d{1,20}),(\d{1,20}),(\d{1,20}),[^;]*;")
 _JOURNAL = re.compile(r"\[\s*(\d{1,12})\.(\d{1,6})\]\s+\S+\s+kernel:\s?(.*)")
@@ -209,22 +209,26 @@ def _address(domain: str, bus: str, dev: str, fn: str = "0") -> PciAddress:
     return PciAddress(int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
 
 
-def _number(m: re.Match[str], group: int, what: str) -> int:
-    """The number of an _XID_NUMBER match at `group`. Raises ValueError when a digit follows
-    the ten it allows: a number past 32 bits, which no driver writes."""
+def _search(
+    pattern: re.Pattern[str], record: LogRecord, group: int, what: str
+) -> tuple[re.Match[str], int, str] | None:
+    """`pattern`'s match in the record, the _XID_NUMBER at `group` and the text after it
+    (stripped); None when the record has no such line. Raises ValueError when a digit follows
+    the ten the number allows: past 32 bits, which no driver writes."""
+    m = pattern.search(record.message)
+    if m is None:
+        return None
     if m.group(group + 1):
         raise ValueError(f"{what} longer than 10 digits: {m.group(group)}...")
-    return int(m.group(group))
+    return m, int(m.group(group)), m.group(group + 2).strip()
 
 
 def parse_xid(record: LogRecord, source: str = "kmsg") -> XidEvent | None:
-    """The XID a kernel log record reports, or None when it reports none. Raises ValueError
-    for an XID longer than 10 digits."""
-    m = _XID.search(record.message)
-    if m is None:
+    """The XID a kernel log record reports, or None. Raises ValueError (see _search)."""
+    found = _search(_XID, record, 6, "XID")
+    if found is None:
         return None
-    xid = _number(m, 6, "XID")
-    detail = m.group(8).strip()
+    m, xid, detail = found
     pid = process = None
     proc = _PROC.match(detail)
     if proc is not None:
@@ -244,13 +248,11 @@ def parse_xid(record: LogRecord, source: str = "kmsg") -> XidEvent | None:
 
 
 def parse_sxid(record: LogRecord) -> SxidEvent | None:
-    """The SXID a kernel log record reports, or None when it reports none. Raises ValueError
-    for an SXID longer than 10 digits."""
-    m = _SXID.search(record.message)
-    if m is None:
+    """The SXID a kernel log record reports, or None. Raises ValueError (see _search)."""
+    found = _search(_SXID, record, 5, "SXID")
+    if found is None:
         return None
-    sxid = _number(m, 5, "SXID")
-    rest = m.group(7).strip()
+    m, sxid, rest = found
     severity: Literal["fatal", "non-fatal"] | None = None
     sev = _SEVERITY.match(rest)
     if sev is not None:
