@@ -335,19 +335,12 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
     health_interval = r.seconds(health, "health", "interval", 5.0, 0.1, 3600.0)
     nvml_events = r.boolean(health, "health", "nvml_events", True)
 
-    expect = None
-    if EXPECT_SECTION in doc:
-        try:
-            expect = parse_expect(doc[EXPECT_SECTION], file)
-        except ExpectError as err:
-            raise ConfigError(file, err.key, err.detail) from None
-
-    xid_policy = None
-    if AUDIT_SECTION in doc:
-        try:
-            xid_policy = parse_audit_table(doc[AUDIT_SECTION], file)
-        except PolicyError as err:
-            raise ConfigError(file, err.key, err.detail) from None
+    # The audit's own tables, parsed by the audit; their errors name the file and key alike.
+    try:
+        expect = parse_expect(doc[EXPECT_SECTION], file) if EXPECT_SECTION in doc else None
+        xid_policy = parse_audit_table(doc[AUDIT_SECTION], file) if AUDIT_SECTION in doc else None
+    except (ExpectError, PolicyError) as err:
+        raise ConfigError(file, err.key, err.detail) from None
 
     return AgentConfig(
         file=file,
