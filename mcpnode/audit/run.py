@@ -218,14 +218,26 @@ def run_audit(
     ctx = audit_context(
         host, topology, profile, profiles_dir, expect=expect, expect_source=expect_source
     )
-    name = ctx.profile
+    return audit_report(host, ctx, now or datetime.now(timezone.utc), areas, only, skip)
+
+
+def audit_report(
+    host: Host,
+    ctx: AuditContext,
+    when: datetime,
+    areas: Sequence[Area] | None = None,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+) -> AuditReport:
+    """Run `areas` (None: every area) over `ctx` and report them, generated at `when`: the
+    audit command's report and the manifest's audit section alike."""
     findings, problems = run_areas(host, ctx, AREAS if areas is None else areas, only, skip)
-    when = now or datetime.now(timezone.utc)
+    identity = ctx.topology.identity
     return AuditReport(
         findings=tuple(findings),
-        host=topology.identity.hostname,
-        kernel=topology.identity.kernel_release,
+        host=identity.hostname,
+        kernel=identity.kernel_release,
         generated_at=when.isoformat(timespec="seconds"),
         problems=tuple(problems),
-        profile=name,
+        profile=ctx.profile,
     )

@@ -15,7 +15,7 @@ from typing import Any
 from mcpnode.audit.container.toolkit import toolkit_version
 from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.model import AuditReport
-from mcpnode.audit.run import AREAS, audit_context, run_areas
+from mcpnode.audit.run import audit_context, audit_report
 from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
@@ -123,15 +123,7 @@ def build_all(
         except McpnodeError as err:
             tuning = f"{type(err).__name__}: {err}"
     when = now or datetime.now(timezone.utc)
-    findings, problems = run_areas(host, ctx, AREAS)
-    audit = AuditReport(
-        findings=tuple(findings),
-        host=topo.identity.hostname,
-        kernel=topo.identity.kernel_release,
-        generated_at=when.isoformat(timespec="seconds"),
-        problems=tuple(problems),
-        profile=profile,
-    )
+    audit = audit_report(host, ctx, when)
     manifest = build_manifest(
         topo,
         placement,
@@ -140,7 +132,7 @@ def build_all(
         when,
         machine_id=read_machine_id(host),
         driver=ctx.driver_version,
-        container_toolkit=toolkit_version(findings),
+        container_toolkit=toolkit_version(audit.findings),
         housekeeping=housekeeping,
         tuning_source=ctx.active.source if ctx.active is not None else None,
         probe=probe(host, topo, placement) if probe is not None else None,
