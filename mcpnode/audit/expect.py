@@ -22,7 +22,7 @@ from typing import Any
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.expectation import Expectation, ExpectError
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.codec import toml_bounded
 from mcpnode.codec.toml_bounded import TomlRejected
 from mcpnode.errors import HostError, PathNotFound, SymlinkLoop, TooLarge, Untrusted
@@ -243,16 +243,13 @@ def check(facts: ExpectFacts, ctx: AuditContext) -> list[Finding]:
         ]
     e = facts.expect
     if e is None:
-        return [
-            Finding(
-                "expect.config",
-                Status.SKIP,
-                "expected inventory not checked: no expectation (`mcpnode audit --expect FILE`, "
-                f"or an [expect] table in {CONFIG_PATH})",
-                (Evidence(CONFIG_PATH, "no [expect] table"),),
-                "Write one from a known-good host of this kind: `mcpnode expect --write FILE`",
-            )
-        ]
+        return skipped(
+            "expect.config",
+            "expected inventory not checked: no expectation (`mcpnode audit --expect FILE`, "
+            f"or an [expect] table in {CONFIG_PATH})",
+            Evidence(CONFIG_PATH, "no [expect] table"),
+            "Write one from a known-good host of this kind: `mcpnode expect --write FILE`",
+        )
     src = facts.source or "[expect]"
     topo = ctx.topology
     out: list[Finding] = []

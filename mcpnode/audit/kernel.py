@@ -19,7 +19,7 @@ from mcpnode.audit.facts import (
     read_file,
     unreadable_finding,
 )
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host, HostReader
 from mcpnode.topology.distance import classify
@@ -406,14 +406,11 @@ def _acs(facts: KernelFacts, ctx: AuditContext) -> list[Finding]:
     groups are the visible sign."""
     fid = "kernel.iommu.acs"
     if not facts.switch_pairs:
-        return [
-            Finding(
-                fid,
-                Status.SKIP,
-                "ACS not checked: no GPU shares a PCIe switch with an RDMA NIC",
-                (Evidence("PCIe topology", "no GPU/NIC pair at PIX distance"),),
-            )
-        ]
+        return skipped(
+            fid,
+            "ACS not checked: no GPU shares a PCIe switch with an RDMA NIC",
+            Evidence("PCIe topology", "no GPU/NIC pair at PIX distance"),
+        )
     on, pt, words = _iommu_on(facts.cmdline.text)
     cmd_ev = Evidence(paths.CMDLINE, " ".join(words) or "no IOMMU options")
     out = []
