@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 from mcpnode.agent.part import AgentPart
 from mcpnode.audit.ib import counter, read_ports
@@ -162,26 +162,24 @@ class NvmlXidEvents:
             self.number = None
 
 
+@dataclass(eq=False)
 class HealthWatch:
-    """The agent's watchers; callbacks run on the loop thread."""
+    """The agent's watchers; callbacks run on the loop thread. `backend`, `topology` and
+    `nvml_events` decide at construction whether NVML's XID events are watched."""
 
-    def __init__(
-        self,
-        host: Host,
-        backend: GpuBackend | None,
-        topology: Topology,
-        log: EventLog,
-        *,
-        on_xids: OnXids,
-        on_sxids: OnSxids,
-        on_flap: OnFlap,
-        nvml_events: bool = True,
+    host: Host
+    backend: InitVar[GpuBackend | None]
+    topology: InitVar[Topology]
+    log: EventLog
+    _: KW_ONLY
+    on_xids: OnXids
+    on_sxids: OnSxids
+    on_flap: OnFlap
+    nvml_events: InitVar[bool] = True
+
+    def __post_init__(
+        self, backend: GpuBackend | None, topology: Topology, nvml_events: bool
     ) -> None:
-        self.host = host
-        self.log = log
-        self.on_xids = on_xids
-        self.on_sxids = on_sxids
-        self.on_flap = on_flap
         self.kmsg: KmsgStream | None = None
         self.kmsg_error: str | None = None
         self.skipped = 0  # kernel log records skipped: numbers past their bounds
@@ -192,7 +190,7 @@ class HealthWatch:
         addresses = {g.nvml.index: g.address for g in topology.gpus if g.nvml is not None}
         self.events: NvmlXidEvents | None = None
         if backend is not None and nvml_events and addresses:
-            self.events = NvmlXidEvents(backend, addresses, log)
+            self.events = NvmlXidEvents(backend, addresses, self.log)
 
     # -- start --------------------------------------------------------------------------------
 
