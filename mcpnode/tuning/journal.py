@@ -141,10 +141,7 @@ class Journal:
         return replace(self, state=state)
 
     def entry(self, path: str) -> JournalEntry | None:
-        for e in self.entries:
-            if e.path == path:
-                return e
-        return None
+        return next((e for e in self.entries if e.path == path), None)
 
     @property
     def empty(self) -> bool:
