@@ -799,7 +799,7 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps mcpnode's errors to exit codes and one-line messages."""
+    """Entry point: mcpnode's errors end as one line and an exit code (cli/errors.py)."""
     try:
         rv = cli.main(args=argv, prog_name="mcpnode", standalone_mode=False)
     except click.exceptions.Abort:
