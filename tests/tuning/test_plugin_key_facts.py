@@ -10,7 +10,8 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.tuning import paths, plugins, privilege
 from mcpnode.tuning.model import HostState, PlanItem, Setting
-from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem
+from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, value_item
+from mcpnode.tuning.values import Exact
 
 PATHS = {
     "vm:transparent_hugepage": "/sys/kernel/mm/transparent_hugepage/enabled",
@@ -110,3 +111,17 @@ def test_a_subsystem_that_declares_nothing_gets_the_defaults() -> None:
     assert bare.path_of("bare:x") is None and bare.explained("bare:x") is None
     assert bare.file_keys == frozenset() and bare.atomic_files == ()
     assert bare.requirement("bare:x") == privilege.requirement("bare:x")
+
+
+def test_a_refined_requirement_decides_the_plan_of_a_one_file_value() -> None:
+    """value_item takes the subsystem's requirement: the same sysfs write, planned for a
+    process with CAP_DAC_OVERRIDE but not CAP_SYS_ADMIN, is a `set` under the default rule
+    and `needs-privilege` under one that also needs CAP_SYS_ADMIN."""
+    key, path = "vm:transparent_hugepage", paths.THP_ENABLED
+    setting = Setting(key, Exact("never"), "test.toml", "")
+    dac_only = privilege.Privileges(euid=1000, cap_eff=1 << privilege.CAP_DAC_OVERRIDE)
+    state = HostState({path: "always"}, {}, frozenset(), dac_only, None, None, live=True)
+    assert value_item(key, path, setting, state).action == "set"
+    stricter = privilege.Requirement(True, privilege.CAP_DAC_OVERRIDE, privilege.CAP_SYS_ADMIN, "x")
+    item = value_item(key, path, setting, state, requirement=stricter)
+    assert item.action == "needs-privilege" and "CAP_SYS_ADMIN" in item.reason

@@ -15,8 +15,8 @@ plugins/__init__.py, asks the owner of a key):
   killed run left behind are removed when the next run starts.
 - `requirement(key)`: what writing a key needs (privilege.py); the default is the rule by the
   key's shape (a `section:option` key is a root-owned sysfs or /etc file). The engine asks
-  the registry (explain, a refused write's hint); a subsystem that refines it passes its
-  answer to privilege.missing in its own `plan`.
+  the registry (explain, a refused write's hint); a subsystem's `plan` passes it to
+  `value_item` (or to privilege.missing where it decides itself).
 - `explained(key)`: for `mcpnode profiles explain`, the profile setting a key is (or is an
   item of) and the one file whose value is shown.
 
@@ -291,10 +291,12 @@ def value_item(
     state: HostState,
     problem: Callable[[str, frozenset[str] | None, str | None], tuple[Action, str] | None]
     | None = None,
+    requirement: privilege.Requirement | None = None,
 ) -> PlanItem:
     """The item of a one-file value (a sysctl, a sysfs setting): compared by values.compare,
     a preference list resolved against what the kernel offers. `problem(want, available,
-    cmdline)`: why a value that differs is not to be written (THP set on the command line)."""
+    cmdline)`: why a value that differs is not to be written (THP set on the command line);
+    `requirement`: what writing it needs (the subsystem's `requirement(key)`)."""
     rule = describe(setting.desired)
     reading = state.readings.get(path)
     found = unusable(key, path, rule, reading, setting.source)
@@ -323,7 +325,7 @@ def value_item(
     if skip is not None:
         action, why = skip
         return PlanItem(key, path, rule, reading, write, action, why, setting.source)
-    lacking = privilege.missing(key, state.privileges)
+    lacking = privilege.missing(key, state.privileges, requirement)
     if lacking is not None:
         return PlanItem(key, path, rule, reading, write, "needs-privilege", lacking, setting.source)
     return PlanItem(key, path, rule, reading, write, "set", reason, setting.source)

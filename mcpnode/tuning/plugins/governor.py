@@ -56,6 +56,12 @@ class Governor(Subsystem):
             )
             return [PlanItem(setting.key, "", rule, None, None, "unsupported", why, setting.source)]
         return [
-            value_item(f"{setting.key}:{policy}", paths.governor_path(policy), setting, state)
+            value_item(
+                f"{setting.key}:{policy}",
+                paths.governor_path(policy),
+                setting,
+                state,
+                requirement=self.requirement(f"{setting.key}:{policy}"),
+            )
             for policy in state.policies
         ]

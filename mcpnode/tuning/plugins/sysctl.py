@@ -66,7 +66,10 @@ class Sysctl(Subsystem):
             draft.modules.update(setting.desired.load)
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
-        return [value_item(setting.key, paths.sysctl_path(setting.key), setting, state)]
+        path = paths.sysctl_path(setting.key)
+        return [
+            value_item(setting.key, path, setting, state, requirement=self.requirement(setting.key))
+        ]
 
     def modules_for(
         self, setting: Setting, items: Sequence[PlanItem], state: HostState

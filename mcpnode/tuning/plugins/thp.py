@@ -36,7 +36,10 @@ class TransparentHugepages(Subsystem):
         draft.available[path] = tokens(current) if isinstance(current, str) else None
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
-        return [value_item(setting.key, paths.THP_ENABLED, setting, state, _thp_problem)]
+        requirement = self.requirement(setting.key)
+        return [
+            value_item(setting.key, paths.THP_ENABLED, setting, state, _thp_problem, requirement)
+        ]
 
 
 def _thp_problem(
