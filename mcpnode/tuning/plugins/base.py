@@ -2,9 +2,9 @@
 it owns, parse its section, read the host, plan, write. Verify is not a method: it re-plans
 with the same `plan`, so it cannot drift from apply.
 
-A subsystem also declares the facts about its keys that the engine's central modules used to
-keep in tables of their own, so that adding a subsystem touches no other module (the registry,
-plugins/__init__.py, asks the owner of a key):
+A subsystem also declares the facts about its keys that the rest of the engine needs (the
+journal, apply, explain ask the registry, plugins/__init__.py, which asks the key's owner), so
+adding a subsystem touches no other module:
 
 - `path_of(key)`: the one file an item key writes (the journal accepts an entry only at the
   path its key's owner names here); None for a key that writes no file.
