@@ -121,6 +121,19 @@ class PinRefused(McpnodeError):
     CPU affinity someone else already narrowed."""
 
 
+class FileKeyError(McpnodeError):
+    """A setting read from a file (a TOML table, most often) that cannot be used: `file` and
+    `key` say where (key None: the whole file), `detail` what is wrong. The message is the one
+    line shown: `FILE: KEY: DETAIL`."""
+
+    def __init__(self, file: str, key: str | None, detail: str) -> None:
+        where = f"{file}: {key}" if key else file
+        super().__init__(f"{where}: {detail}")
+        self.file = file
+        self.key = key
+        self.detail = detail
+
+
 class ManifestError(McpnodeError):
     """A published manifest that cannot be used: not JSON, another schema, a newer schema
     version than this mcpnode reads, or a content hash that does not match."""

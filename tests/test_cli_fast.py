@@ -327,6 +327,7 @@ def test_the_fast_path_only_parses_and_prints() -> None:
     }
     allowed = (
         "mcpnode.cli.commands",  # the command bodies
+        "mcpnode.cli.placing.",  # exec's parsed placement options, the commands' input
         "mcpnode.cli.errors.",  # one line and an exit status per error
         "mcpnode.errors.",
         "mcpnode.cli.help_text.",  # click's --help text, generated

@@ -453,24 +453,19 @@ class _Scan:
     problems: list[str] = field(default_factory=list)
 
 
+@dataclass(eq=False)
 class AutoPinner:
     """Pins each GPU process a rule matches, once, and remembers it while it lives.
 
     Not thread-safe: the agent calls `scan` from its loop thread only."""
 
-    def __init__(
-        self,
-        live: Host,
-        rules: tuple[PinRule, ...],
-        scope: Scope,
-        log: EventLog,
-        migrate: bool = False,
-    ) -> None:
-        self.live = live
-        self.rules = rules
-        self.scope = scope
-        self.log = log
-        self.migrate = migrate  # the rules' default (`[autopin] migrate`)
+    live: Host
+    rules: tuple[PinRule, ...]
+    scope: Scope
+    log: EventLog
+    migrate: bool = False  # the rules' default (`[autopin] migrate`)
+
+    def __post_init__(self) -> None:
         self._own_pid = os.getpid()
         self._met: dict[int, _Met] = {}
         self._problems: frozenset[str] = frozenset()
@@ -518,26 +513,12 @@ class AutoPinner:
         seen: dict[int, int],
         out: _Scan,
     ) -> None:
-        if pid == self._own_pid:
-            out.skipped.append(Skipped(pid, "the agent itself"))
+        matched = self._match(pid, seen)
+        if isinstance(matched, str):
+            out.skipped.append(Skipped(pid, matched))
+        if not isinstance(matched, tuple):
             return
-        info = read_proc_info(self.live, pid)
-        if info is None:
-            out.skipped.append(Skipped(pid, "exited or unreadable"))
-            return
-        seen[pid] = info.start_time
-        met = self._met.get(pid)
-        if met is not None:
-            if met.start_time == info.start_time:
-                return  # pinned or left alone already, and logged then
-            del self._met[pid]  # the PID was reused: a new process
-        if info.kernel_thread:
-            out.skipped.append(Skipped(pid, "kernel thread"))
-            return
-        rule = first_rule(self.rules, info)
-        if rule is None:
-            out.skipped.append(Skipped(pid, "no rule matches"))
-            return
+        info, rule = matched
         try:
             target = target_for(placement, gpus, self.scope, topo.cpus.online)
         except UsageError as err:
@@ -590,6 +571,26 @@ class AutoPinner:
         )
         if rule.migrate if rule.migrate is not None else self.migrate:
             self._migrate(pid, ns_pid, rule.name, target)
+
+    def _match(self, pid: int, seen: dict[int, int]) -> tuple[ProcInfo, PinRule] | str | None:
+        """A GPU process and the first rule that matches it; why it is skipped; or None for
+        one met at an earlier scan (pinned or left alone, and logged then). Notes its start
+        time in `seen`."""
+        if pid == self._own_pid:
+            return "the agent itself"
+        info = read_proc_info(self.live, pid)
+        if info is None:
+            return "exited or unreadable"
+        seen[pid] = info.start_time
+        met = self._met.get(pid)
+        if met is not None:
+            if met.start_time == info.start_time:
+                return None
+            del self._met[pid]  # the PID was reused: a new process
+        if info.kernel_thread:
+            return "kernel thread"
+        rule = first_rule(self.rules, info)
+        return (info, rule) if rule is not None else "no rule matches"
 
     def _migrate(self, pid: int, ns_pid: int | None, rule: str, target: Target) -> None:
         """Move the pinned process's pages to its GPU's node (placement/memory.py). A failure

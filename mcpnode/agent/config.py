@@ -22,8 +22,8 @@ from mcpnode.audit.expectation import Expectation, ExpectError
 from mcpnode.audit.xid_policy import PolicyError, XidPolicy, parse_audit_table
 from mcpnode.codec import toml_bounded
 from mcpnode.errors import (
+    FileKeyError,
     HostError,
-    McpnodeError,
     NotRegularFile,
     PathNotFound,
     SymlinkLoop,
@@ -59,15 +59,8 @@ PinScope = Literal["slice", "node"]
 SlurmType = Literal["autodetect", "short"]
 
 
-class ConfigError(McpnodeError):
+class ConfigError(FileKeyError):
     """The configuration cannot be used. `file` and `key` say where (key None: the whole file)."""
-
-    def __init__(self, file: str, key: str | None, detail: str) -> None:
-        where = f"{file}: {key}" if key else file
-        super().__init__(f"{where}: {detail}")
-        self.file = file
-        self.key = key
-        self.detail = detail
 
 
 class ConfigUnreadable(ConfigError):
@@ -342,19 +335,12 @@ def parse_config(text: str, file: str = CONFIG_PATH) -> AgentConfig:
     health_interval = r.seconds(health, "health", "interval", 5.0, 0.1, 3600.0)
     nvml_events = r.boolean(health, "health", "nvml_events", True)
 
-    expect = None
-    if EXPECT_SECTION in doc:
-        try:
-            expect = parse_expect(doc[EXPECT_SECTION], file)
-        except ExpectError as err:
-            raise ConfigError(file, err.key, err.detail) from None
-
-    xid_policy = None
-    if AUDIT_SECTION in doc:
-        try:
-            xid_policy = parse_audit_table(doc[AUDIT_SECTION], file)
-        except PolicyError as err:
-            raise ConfigError(file, err.key, err.detail) from None
+    # The audit's own tables, parsed by the audit; their errors name the file and key alike.
+    try:
+        expect = parse_expect(doc[EXPECT_SECTION], file) if EXPECT_SECTION in doc else None
+        xid_policy = parse_audit_table(doc[AUDIT_SECTION], file) if AUDIT_SECTION in doc else None
+    except (ExpectError, PolicyError) as err:
+        raise ConfigError(file, err.key, err.detail) from None
 
     return AgentConfig(
         file=file,

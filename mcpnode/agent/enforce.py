@@ -17,13 +17,13 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mcpnode.agent.config import AgentConfig
 from mcpnode.agent.drift import FlapGuard
-from mcpnode.agent.loop import Timers
+from mcpnode.agent.part import AgentPart
 from mcpnode.errors import HostError, LockBusy, McpnodeError
 from mcpnode.host import FileStat, Host
 from mcpnode.logs import EventLog
@@ -41,7 +41,7 @@ from mcpnode.tuning.values import Exact
 from mcpnode.tuning.verify import VerifyReport, verify
 
 if TYPE_CHECKING:
-    from mcpnode.agent.metrics import AgentMetrics
+    pass
 
 # How long the agent waits for an operator's run to release the state lock. At start and stop
 # it can wait (TimeoutStartSec/TimeoutStopSec are minutes); inside the loop it must not block
@@ -98,41 +98,23 @@ class LatencyHold:
             self._held = (None, None)
 
 
-class Enforcer:
+@dataclass(eq=False)
+class Enforcer(AgentPart):
     """Keeps the host in its tuning profile. `config` is the agent's configuration (replaced at
     reload by `reconfigure`); `topology` answers the agent's current discovery, `pinned` how
-    many processes it pins (both for what it writes), `publish` republishes, `status` sends the
-    agent's STATUS line. Call from the loop thread only."""
+    many processes it pins (both for what it writes), `publish` republishes. Call from the loop
+    thread only."""
 
-    def __init__(
-        self,
-        host: Host,
-        log: EventLog,
-        metrics: AgentMetrics,
-        timers: Timers,
-        *,
-        clock: Callable[[], float],
-        profiles_dir: Path | None,
-        topology: Callable[[], Topology | None],
-        pinned: Callable[[], int],
-        publish: Callable[[str], None],
-        status: Callable[[], None],
-    ) -> None:
-        self.host = host
-        self.log = log
-        self.metrics = metrics
-        self.timers = timers
-        self.clock = clock
-        self.profiles_dir = profiles_dir
-        self.topology = topology
-        self.pinned = pinned
-        self.publish = publish
-        self.status = status
-        self.store = JournalStore(host, command="mcpnode agent", wait_s=LOOP_LOCK_WAIT_S)
-        self.config = AgentConfig()
+    topology: Callable[[], Topology | None]
+    pinned: Callable[[], int]
+    publish: Callable[[str], None]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.store = JournalStore(self.host, command="mcpnode agent", wait_s=LOOP_LOCK_WAIT_S)
         self.profile: Profile | None = None
         self.started_at = now_iso()
-        self.latency = LatencyHold(host, log)
+        self.latency = LatencyHold(self.host, self.log)
         self.guard = FlapGuard(3, 600.0)
         self.drifted: frozenset[str] = frozenset()
         self.last_apply = "none"
@@ -252,7 +234,7 @@ class Enforcer:
         ):
             return  # an operator re-applied the profile the agent enforces: nothing to adopt
         try:
-            profile = load_profile(applied.profile, self.host, self.profiles_dir)
+            profile = load_profile(applied.profile, self.host, self.ctx.profiles_dir)
         except McpnodeError as err:
             self.paused = f"profile {applied.profile!r}, applied by {applied.by}, cannot be loaded"
             self.log.error("journal.adopt-failed", profile=applied.profile, error=str(err))
@@ -276,7 +258,7 @@ class Enforcer:
 
     def _changed_state(self) -> None:
         self.write_state()
-        self.status()
+        self.ctx.status()
         self.publish("journal")
 
     def reconcile(self) -> VerifyReport | None:
@@ -317,7 +299,7 @@ class Enforcer:
         self.drifted = drifted - remediated
         self.metrics.set_drift_state(drifted, self.guard.held())
         if changed:
-            self.status()
+            self.ctx.status()
         if self.guard.held() != contested_before:
             self.write_state()
             self.publish("contested")
@@ -344,7 +326,7 @@ class Enforcer:
     def _remediate(self, report: VerifyReport) -> frozenset[str]:
         """Re-apply the drifted keys the guard allows; returns the keys written back."""
         assert self.profile is not None
-        now = self.clock()
+        now = self.ctx.clock()
         fix = []
         for d in report.drift:
             if self.guard.is_contested(d.key) or d.key in self.unappliable:
@@ -404,7 +386,7 @@ class Enforcer:
                     "lock.busy", reason=reason, error=str(err), action="retried next interval"
                 )
             self.lock_busy = str(err)
-            self.status()
+            self.ctx.status()
             return None
         self.apply_pending, self.lock_busy = False, None
         return result

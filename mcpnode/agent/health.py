@@ -31,9 +31,9 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
+from mcpnode.agent.part import AgentPart
 from mcpnode.audit.ib import counter, read_ports
 from mcpnode.audit.xid import (
     LogRecord,
@@ -45,7 +45,8 @@ from mcpnode.audit.xid import (
 )
 from mcpnode.errors import HostError
 from mcpnode.host import KMSG_MAX_BYTES, Host, KmsgStream
-from mcpnode.topology.model import NVIDIA_VENDOR_ID, Topology
+from mcpnode.logs import EventLog
+from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress, Topology
 from mcpnode.topology.nvml import GpuBackend, NvmlError
 
 EVENT_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
@@ -100,8 +101,8 @@ class NvmlXidEvents:
     """An NVML event set registered for XIDs on every GPU that allows it."""
 
     backend: GpuBackend
-    addresses: dict[int, Any]  # NVML index -> PciAddress
-    log: Any
+    addresses: dict[int, PciAddress]  # NVML index -> the GPU's PCI address
+    log: EventLog
     number: int | None = None
     registered: list[int] = field(default_factory=list)
     reason: str | None = None  # why there is no event set
@@ -161,26 +162,24 @@ class NvmlXidEvents:
             self.number = None
 
 
+@dataclass(eq=False)
 class HealthWatch:
-    """The agent's watchers; callbacks run on the loop thread."""
+    """The agent's watchers; callbacks run on the loop thread. `backend`, `topology` and
+    `nvml_events` decide at construction whether NVML's XID events are watched."""
 
-    def __init__(
-        self,
-        host: Host,
-        backend: GpuBackend | None,
-        topology: Topology,
-        log: Any,
-        *,
-        on_xids: OnXids,
-        on_sxids: OnSxids,
-        on_flap: OnFlap,
-        nvml_events: bool = True,
+    host: Host
+    backend: InitVar[GpuBackend | None]
+    topology: InitVar[Topology]
+    log: EventLog
+    _: KW_ONLY
+    on_xids: OnXids
+    on_sxids: OnSxids
+    on_flap: OnFlap
+    nvml_events: InitVar[bool] = True
+
+    def __post_init__(
+        self, backend: GpuBackend | None, topology: Topology, nvml_events: bool
     ) -> None:
-        self.host = host
-        self.log = log
-        self.on_xids = on_xids
-        self.on_sxids = on_sxids
-        self.on_flap = on_flap
         self.kmsg: KmsgStream | None = None
         self.kmsg_error: str | None = None
         self.skipped = 0  # kernel log records skipped: numbers past their bounds
@@ -191,7 +190,7 @@ class HealthWatch:
         addresses = {g.nvml.index: g.address for g in topology.gpus if g.nvml is not None}
         self.events: NvmlXidEvents | None = None
         if backend is not None and nvml_events and addresses:
-            self.events = NvmlXidEvents(backend, addresses, log)
+            self.events = NvmlXidEvents(backend, addresses, self.log)
 
     # -- start --------------------------------------------------------------------------------
 
@@ -297,30 +296,17 @@ class HealthWatch:
             self.events.close()
 
 
-class AgentHealth:
+@dataclass(eq=False)
+class AgentHealth(AgentPart):
     """The agent's side of the watchers: the health timer, the kernel log's fd on the loop, and
     what each event becomes (metrics, a log event, a republish). Service.py holds one."""
 
-    def __init__(
-        self,
-        host: Host,
-        loop: Any,
-        log: Any,
-        metrics: Any,
-        *,
-        interval: float,
-        nvml_events: bool,
-        publish: Callable[[str], None],
-        schedule: Callable[[str, float, Callable[[], None]], None],
-    ) -> None:
-        self.host = host
-        self.loop = loop
-        self.log = log
-        self.metrics = metrics
-        self.interval = interval
-        self.nvml_events = nvml_events
-        self.publish = publish
-        self.schedule = schedule
+    interval: float
+    nvml_events: bool
+    publish: Callable[[str], None]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.watch: HealthWatch | None = None
         self._fd: int | None = None
         self._backlog: collections.Counter[tuple[str, int]] = collections.Counter()
@@ -345,9 +331,9 @@ class AgentHealth:
         self._fd = self.watch.start()
         self._log_backlog()
         if self._fd is not None:
-            self.loop.add_reader(self._fd, self._on_kmsg_readable, "kmsg")
+            self.ctx.loop.add_reader(self._fd, self._on_kmsg_readable, "kmsg")
         self._set_link_gauges()
-        self.schedule("health", self.interval, self._tick)
+        self.timers.schedule("health", self.interval, self._tick)
 
     def restart(self, backend: GpuBackend | None, topology: Topology) -> None:
         """After a rediscovery: the NVML backend was reopened (its event set is gone) and the
@@ -381,16 +367,16 @@ class AgentHealth:
         try:
             if self.watch is not None:
                 if self._set_draining(self.watch.poll()):
-                    self.schedule("kmsg", 0.0, self._drain_kmsg)
+                    self.timers.schedule("kmsg", 0.0, self._drain_kmsg)
                 self._set_link_gauges()
         finally:
-            self.schedule("health", self.interval, self._tick)
+            self.timers.schedule("health", self.interval, self._tick)
 
     def _drain_kmsg(self) -> None:
         """The next batch of a kernel log file, as a timer due now: the loop's other sources
         and timers run between two batches."""
         if self.watch is not None and self._set_draining(self.watch.read_kmsg_batch(False)):
-            self.schedule("kmsg", 0.0, self._drain_kmsg)
+            self.timers.schedule("kmsg", 0.0, self._drain_kmsg)
 
     def _on_kmsg_readable(self) -> None:
         """The live log: one batch; with more waiting the fd stays readable and the selector
@@ -418,15 +404,15 @@ class AgentHealth:
         if reason in self._publish_pending:
             return
         last = self._last_publish.get(reason)
-        delay = 0.0 if last is None else max(0.0, last + PUBLISH_SPACING_S - self.loop.time())
+        delay = 0.0 if last is None else max(0.0, last + PUBLISH_SPACING_S - self.ctx.loop.time())
         self._publish_pending.add(reason)
 
         def run() -> None:
             self._publish_pending.discard(reason)
-            self._last_publish[reason] = self.loop.time()
+            self._last_publish[reason] = self.ctx.loop.time()
             self.publish(reason)
 
-        self.schedule(f"publish-{reason}", delay, run)
+        self.timers.schedule(f"publish-{reason}", delay, run)
 
     def _log_backlog(self) -> None:
         if not self._backlog and not self._backlog_other:
@@ -521,7 +507,7 @@ class AgentHealth:
 
     def close(self) -> None:
         if self._fd is not None:
-            self.loop.remove_reader(self._fd)
+            self.ctx.loop.remove_reader(self._fd)
             self._fd = None
         if self.watch is not None:
             self.watch.close()

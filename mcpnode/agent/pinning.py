@@ -5,44 +5,30 @@ agent last published."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mcpnode.agent.config import AgentConfig
-from mcpnode.agent.loop import Timers
-from mcpnode.host import Host
-from mcpnode.logs import EventLog
+from mcpnode.agent.part import AgentPart
 from mcpnode.placement.build import Built
 from mcpnode.topology.nvml import GpuBackend
 
 if TYPE_CHECKING:
     from mcpnode.agent.autopin import AutoPinner
-    from mcpnode.agent.metrics import AgentMetrics
 
 
-class Pinning:
+@dataclass(eq=False)
+class Pinning(AgentPart):
     """The scan every `[autopin] interval` while `[autopin] enabled`. `built` answers the last
     publication (None before the first), `backend` the NVML backend; `pinned_more` is told when
     a scan pinned a process (the agent then updates its STATUS line and state file)."""
 
-    def __init__(
-        self,
-        live: Host,
-        log: EventLog,
-        metrics: AgentMetrics,
-        timers: Timers,
-        *,
-        built: Callable[[], Built | None],
-        backend: Callable[[], GpuBackend | None],
-        pinned_more: Callable[[], None],
-    ) -> None:
-        self.live = live
-        self.log = log
-        self.metrics = metrics
-        self.timers = timers
-        self.built = built
-        self.backend = backend
-        self.pinned_more = pinned_more
-        self.config = AgentConfig()
+    built: Callable[[], Built | None]
+    backend: Callable[[], GpuBackend | None]
+    pinned_more: Callable[[], None]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.pinner: AutoPinner | None = None
         self.pinned = 0  # processes pinned (or adopted) and alive at the last scan
 
@@ -51,7 +37,7 @@ class Pinning:
         from mcpnode.agent.autopin import AutoPinner
 
         self.pinner = AutoPinner(
-            self.live,
+            self.ctx.live,
             self.config.pin_rules,
             self.config.pin_scope,
             self.log,

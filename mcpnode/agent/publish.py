@@ -12,17 +12,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mcpnode.agent.config import AgentConfig
-from mcpnode.agent.loop import Timers
+from mcpnode.agent.part import AgentPart
 from mcpnode.agent.sources import DeviceEvent
 from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import Host
-from mcpnode.logs import EventLog
 from mcpnode.placement.build import Built, build_all
 from mcpnode.placement.exporters import nfd
 from mcpnode.placement.exporters.inputs import summarize
@@ -35,7 +33,7 @@ from mcpnode.topology.model import Topology
 from mcpnode.topology.nvml import GpuBackend, open_backend
 
 if TYPE_CHECKING:
-    from mcpnode.agent.metrics import AgentMetrics, EventSource
+    from mcpnode.agent.metrics import EventSource
 
 # Exporter files that describe the agent's own, live judgement of the node (labels a scheduler
 # selects on, series an alert fires on): removed when the agent stops, so a node nobody tunes
@@ -48,36 +46,20 @@ REMOVED_AT_STOP = ("nfd", "prom")
 NFD_REFRESH_FRACTION = 1 / 3
 
 
-class Publisher:
+@dataclass(eq=False)
+class Publisher(AgentPart):
     """Discovers the host and publishes what the agent knows of it. `config` is the agent's
     configuration (replaced at reload); `observed_xids` answers the XIDs only NVML reported
     (agent/health.py), `rediscovered` is told of a new backend and topology before the
-    republish, `status` sends the agent's STATUS line. Call from the loop thread only."""
+    republish. Call from the loop thread only."""
 
-    def __init__(
-        self,
-        host: Host,
-        log: EventLog,
-        metrics: AgentMetrics,
-        timers: Timers,
-        *,
-        profiles_dir: Path | None,
-        observed_xids: Callable[[], tuple[XidEvent, ...]],
-        rediscovered: Callable[[GpuBackend | None, Topology], None],
-        status: Callable[[], None],
-        keepalive: Callable[[], None] | None = None,
-    ) -> None:
-        self.host = host
-        # The watchdog ping a long republish calls between its audit's steps (Notifier.keepalive)
-        self.keepalive = keepalive
-        self.log = log
-        self.metrics = metrics
-        self.timers = timers
-        self.profiles_dir = profiles_dir
-        self.observed_xids = observed_xids
-        self.rediscovered = rediscovered
-        self.status = status
-        self.config = AgentConfig()
+    observed_xids: Callable[[], tuple[XidEvent, ...]]
+    rediscovered: Callable[[GpuBackend | None, Topology], None]
+    # The watchdog ping a long republish calls between its audit's steps (Notifier.keepalive)
+    keepalive: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.backend: GpuBackend | None = None
         self.topology: Topology | None = None
         self.built: Built | None = None
@@ -104,7 +86,7 @@ class Publisher:
             built = build_all(
                 self.host,
                 housekeeping=self.config.housekeeping,
-                profiles_dir=self.profiles_dir,
+                profiles_dir=self.ctx.profiles_dir,
                 topology=self.topology,
                 probe=manifest_section,
                 observed_xids=self.observed_xids(),
@@ -284,4 +266,4 @@ class Publisher:
             nics_removed=sorted(old_nics - new_nics),
             ms=round((time.perf_counter() - start) * 1000, 1),
         )
-        self.status()
+        self.ctx.status()

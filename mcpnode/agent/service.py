@@ -20,13 +20,8 @@ read), health.py (XIDs, NVML events, IB link flaps), http.py (the metrics endpoi
 file wires them to the loop and owns the lifecycle: start, READY=1, the watchdog, reload,
 stop.
 
-The state lock (state/lock.py) is held only while the agent writes: at start (recover, apply,
-state file), for each remediation, at reload and at stop; so an operator's `mcpnode apply` or
-`rollback` runs between the agent's cycles. The agent notices when the journal changed under it
-(its identity differs from the one the agent last wrote): an operator's apply is *adopted* (the
-agent enforces that profile from then on, logged as `journal.adopted`), an operator's rollback
-*pauses* enforcement (`journal.rolled-back`) until `systemctl reload mcpnode`. It never fights
-the operator. A remediation that finds the lock held is retried at the next interval.
+The parts share one context (part.py). How the agent shares the state lock with an operator's
+`mcpnode apply` or `rollback`, and never fights them, is enforce.py's to say.
 
 Exit codes (mcpnode/exitcodes.py): 0 clean stop; 78 (EX_CONFIG) a configuration or profile
 that cannot be used at start, so the node is never left running untuned on defaults nobody
@@ -57,6 +52,7 @@ from mcpnode.agent.enforce import Enforcer
 from mcpnode.agent.health import AgentHealth
 from mcpnode.agent.loop import Loop, Timers
 from mcpnode.agent.notify import Notifier
+from mcpnode.agent.part import AgentContext
 from mcpnode.agent.pinning import Pinning
 from mcpnode.agent.publish import Publisher
 from mcpnode.agent.reload import ReloadCoalescer, read_config_bounded
@@ -112,37 +108,34 @@ class Agent:
         self.sources: list[Source] = []
         self.health: AgentHealth | None = None  # XIDs, NVML events, IB flaps (agent/health.py)
         self.exit_code = EXIT_OK
-        self.publisher = Publisher(
+        self.parts = AgentContext(
             host,
-            self.log,
-            self.metrics,
-            self.timers,
-            profiles_dir=profiles_dir,
-            observed_xids=self._observed_xids,
-            rediscovered=self._rediscovered,
-            status=self._status,
-            keepalive=self.notifier.keepalive,
-        )
-        self.pinning = Pinning(
             live,
             self.log,
             self.metrics,
+            self.loop,
             self.timers,
+            clock,
+            profiles_dir,
+            self._status,
+        )
+        self.publisher = Publisher(
+            self.parts,
+            observed_xids=self._observed_xids,
+            rediscovered=self._rediscovered,
+            keepalive=self.notifier.keepalive,
+        )
+        self.pinning = Pinning(
+            self.parts,
             built=lambda: self.publisher.built,
             backend=lambda: self.publisher.backend,
             pinned_more=self._pinned_more,
         )
         self.enforcer = Enforcer(
-            host,
-            self.log,
-            self.metrics,
-            self.timers,
-            clock=clock,
-            profiles_dir=profiles_dir,
+            self.parts,
             topology=lambda: self.publisher.topology,
             pinned=lambda: self.pinning.pinned,
             publish=self.publisher.publish,
-            status=self._status,
         )
         self.reloads = ReloadCoalescer(self.loop, clock, self.log, self.reload)
 
@@ -201,14 +194,10 @@ class Agent:
         self._start_sources()
         assert self.publisher.topology is not None
         self.health = AgentHealth(
-            self.host,
-            self.loop,
-            self.log,
-            self.metrics,
+            self.parts,
             interval=config.health_interval,
             nvml_events=config.nvml_events,
             publish=self.publisher.publish,
-            schedule=self.timers.schedule,
         )
         self.health.start(self.publisher.backend, self.publisher.topology)
         self.enforcer.schedule_drift()

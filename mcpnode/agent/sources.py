@@ -29,7 +29,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol
+from typing import Protocol
 
 from mcpnode.agent.rtnl import parse_links
 
@@ -63,6 +63,29 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+class _UdevDevice(Protocol):
+    """What UdevSource reads of a pyudev.Device (pyudev ships no type information)."""
+
+    @property
+    def action(self) -> str | None: ...
+    @property
+    def sys_name(self) -> str | None: ...
+    @property
+    def subsystem(self) -> str | None: ...
+    @property
+    def device_path(self) -> str: ...
+
+
+class _UdevMonitor(Protocol):
+    """The part of pyudev.Monitor that UdevSource uses."""
+
+    def filter_by(self, subsystem: str) -> None: ...
+    def set_receive_buffer_size(self, size: int) -> None: ...
+    def start(self) -> None: ...
+    def fileno(self) -> int: ...
+    def poll(self, timeout: float | None = None) -> _UdevDevice | None: ...
+
+
 class UdevSource:
     name = "udev"
 
@@ -71,17 +94,20 @@ class UdevSource:
 
         self.group = group
         self._on_event = on_event
-        self._monitor: Any = pyudev.Monitor.from_netlink(pyudev.Context(), source=group)
+        monitor: _UdevMonitor = pyudev.Monitor.from_netlink(pyudev.Context(), source=group)
         for subsystem in SUBSYSTEMS:
-            self._monitor.filter_by(subsystem)
-        self._monitor.set_receive_buffer_size(RCVBUF)
-        self._monitor.start()
+            monitor.filter_by(subsystem)
+        monitor.set_receive_buffer_size(RCVBUF)
+        monitor.start()
+        self._monitor: _UdevMonitor | None = monitor
 
     def fileno(self) -> int:
+        if self._monitor is None:
+            raise ValueError("udev monitor closed")
         return int(self._monitor.fileno())
 
     def on_readable(self) -> None:
-        while True:
+        while self._monitor is not None:
             device = self._monitor.poll(timeout=0)
             if device is None:
                 return

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mcpnode.audit.context import AuditContext, cgroup_mode_of
 from mcpnode.audit.facts import FileRead, clip, file_evidence, read_file, unreadable_finding
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.audit.paths import CGROUP_ROOT, CMDLINE, MOUNTINFO
 from mcpnode.host import HostReader
 
@@ -57,15 +57,12 @@ def check(facts: CgroupFacts, ctx: AuditContext) -> list[Finding]:
     read = facts.mountinfo
     if read.text is None:
         if read.missing:
-            return [
-                Finding(
-                    fid,
-                    Status.SKIP,
-                    f"cgroup mode not checked: {MOUNTINFO} is not in this root",
-                    (file_evidence(read),),
-                    "Capture the host with `mcpnode snapshot` to include the mount table",
-                )
-            ]
+            return skipped(
+                fid,
+                f"cgroup mode not checked: {MOUNTINFO} is not in this root",
+                file_evidence(read),
+                "Capture the host with `mcpnode snapshot` to include the mount table",
+            )
         return [unreadable_finding(fid, read, ctx.is_root, "cgroup mode")]
     mode, seen = cgroup_mode_of(read.text)
     evidence = [Evidence(MOUNTINFO, seen)]

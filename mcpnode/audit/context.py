@@ -110,10 +110,10 @@ def build_context(
     housekeeping: CpuSet | None = None,
     *,
     observed_xids: tuple[XidEvent, ...] = (),
-    expect: Expectation | None = None,
-    expect_source: str | None = None,
 ) -> AuditContext:
-    """The shared facts, from a topology already discovered through `host`."""
+    """The shared facts, from a topology already discovered through `host`. What the caller
+    brings on top (an expected inventory, a CPU partition, a keepalive) it sets with
+    dataclasses.replace."""
     from mcpnode.audit.facts import read_file
 
     nvml = topology.nvml
@@ -138,6 +138,4 @@ def build_context(
         active=active,
         housekeeping=housekeeping,
         observed_xids=observed_xids,
-        expect=expect,
-        expect_source=expect_source,
     )

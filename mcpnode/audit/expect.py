@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.expectation import Expectation, ExpectError
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.codec import toml_bounded
 from mcpnode.codec.toml_bounded import TomlRejected
 from mcpnode.errors import HostError, PathNotFound, SymlinkLoop, TooLarge, Untrusted
@@ -242,16 +243,13 @@ def check(facts: ExpectFacts, ctx: AuditContext) -> list[Finding]:
         ]
     e = facts.expect
     if e is None:
-        return [
-            Finding(
-                "expect.config",
-                Status.SKIP,
-                "expected inventory not checked: no expectation (`mcpnode audit --expect FILE`, "
-                f"or an [expect] table in {CONFIG_PATH})",
-                (Evidence(CONFIG_PATH, "no [expect] table"),),
-                "Write one from a known-good host of this kind: `mcpnode expect --write FILE`",
-            )
-        ]
+        return skipped(
+            "expect.config",
+            "expected inventory not checked: no expectation (`mcpnode audit --expect FILE`, "
+            f"or an [expect] table in {CONFIG_PATH})",
+            Evidence(CONFIG_PATH, "no [expect] table"),
+            "Write one from a known-good host of this kind: `mcpnode expect --write FILE`",
+        )
     src = facts.source or "[expect]"
     topo = ctx.topology
     out: list[Finding] = []
@@ -291,16 +289,25 @@ def check(facts: ExpectFacts, ctx: AuditContext) -> list[Finding]:
     return out
 
 
+def _verdict(
+    fid: str, ok: bool, passed: str, failed: str, ev: tuple[Evidence, ...], remedy: str
+) -> Finding:
+    """The one way an expectation concludes: PASS with `passed`, or FAIL with `failed` and the
+    remedy; the evidence is the same either way."""
+    if ok:
+        return Finding(fid, Status.PASS, passed, ev)
+    return Finding(fid, Status.FAIL, failed, ev, remedy)
+
+
 def _compare(fid: str, what: str, got: int, want: int, src: str, detail: str) -> Finding:
     ev = (
         Evidence(f"{src} ({fid.split('.', 1)[1]})", str(want)),
         Evidence(what, f"{got}: {detail}"),
     )
-    if got == want:
-        return Finding(fid, Status.PASS, f"{got} {what}, as expected", ev)
-    return Finding(
+    return _verdict(
         fid,
-        Status.FAIL,
+        got == want,
+        f"{got} {what}, as expected",
         f"{got} {what}, expected {want}",
         ev,
         f"Find what is missing (`mcpnode topo`, `dmesg`); drain the node until it has the {what} "
@@ -309,69 +316,63 @@ def _compare(fid: str, what: str, got: int, want: int, src: str, detail: str) ->
 
 
 def _gpu_count(topo: Topology, ctx: AuditContext, want: int, src: str) -> Finding:
+    """The PCI functions and NVML must both count `want`. Without NVML only the PCI functions
+    can be counted: they decide, and the finding says that NVML's count is missing and why
+    (`gpu.nvml` FAILs on the reason itself)."""
     sysfs, nvml = ctx.gpu_count_sysfs, ctx.gpu_count_nvml
-    if nvml is None:
-        return _gpu_count_without_nvml(topo, sysfs, want, src)
-    ev = (
-        Evidence(f"{src} (gpu_count)", str(want)),
-        Evidence("PCI bus (NVIDIA class 0x0300/0x0302)", str(sysfs)),
-        Evidence("nvmlDeviceGetCount", str(nvml)),
-    )
-    if sysfs == want and nvml == want:
-        return Finding("expect.gpu.count", Status.PASS, f"{want} GPUs, as expected", ev)
-    return Finding(
-        "expect.gpu.count",
-        Status.FAIL,
-        f"{sysfs} on the PCI bus, {nvml} in NVML; expected {want}",
-        ev,
-        "A GPU gone from the bus needs the node drained and power-cycled (check `dmesg | grep "
-        "-i xid` and the BMC's event log); reseat or RMA it if it stays gone",
-    )
-
-
-def _gpu_count_without_nvml(topo: Topology, sysfs: int, want: int, src: str) -> Finding:
-    """Without NVML only the PCI functions can be counted: they decide, and the finding says
-    that NVML's count is missing and why (`gpu.nvml` FAILs on the reason itself)."""
-    reason = (topo.nvml.reason if topo.nvml is not None else None) or "no NVML answer recorded"
-    ev = (
-        Evidence(f"{src} (gpu_count)", str(want)),
-        Evidence("PCI bus (NVIDIA class 0x0300/0x0302)", str(sysfs)),
-        Evidence("nvmlDeviceGetCount", f"not counted: NVML unavailable ({reason})"),
-    )
-    if sysfs == want:
-        return Finding(
-            "expect.gpu.count",
-            Status.PASS,
-            f"{want} GPUs on the PCI bus, as expected; not counted in NVML (unavailable: see "
-            "gpu.nvml)",
-            ev,
+    if nvml is not None:
+        counted = str(nvml)
+        ok = sysfs == want and nvml == want
+        passed = f"{want} GPUs, as expected"
+        failed = f"{sysfs} on the PCI bus, {nvml} in NVML; expected {want}"
+        gone = (
+            "A GPU gone from the bus needs the node drained and power-cycled (check `dmesg | grep "
+            "-i xid` and the BMC's event log); reseat or RMA it if it stays gone"
         )
-    return Finding(
-        "expect.gpu.count",
-        Status.FAIL,
-        f"{sysfs} on the PCI bus, expected {want} (not counted in NVML: unavailable)",
-        ev,
-        "A GPU gone from the PCI bus needs the node drained and power-cycled (check `dmesg | "
-        "grep -i xid` and the BMC's event log); reseat or RMA it if it stays gone",
+    else:
+        reason = (topo.nvml.reason if topo.nvml is not None else None) or "no NVML answer recorded"
+        counted = f"not counted: NVML unavailable ({reason})"
+        ok = sysfs == want
+        passed = (
+            f"{want} GPUs on the PCI bus, as expected; not counted in NVML (unavailable: see "
+            "gpu.nvml)"
+        )
+        failed = f"{sysfs} on the PCI bus, expected {want} (not counted in NVML: unavailable)"
+        gone = (
+            "A GPU gone from the PCI bus needs the node drained and power-cycled (check `dmesg | "
+            "grep -i xid` and the BMC's event log); reseat or RMA it if it stays gone"
+        )
+    ev = (
+        Evidence(f"{src} (gpu_count)", str(want)),
+        Evidence("PCI bus (NVIDIA class 0x0300/0x0302)", str(sysfs)),
+        Evidence("nvmlDeviceGetCount", counted),
     )
+    return _verdict("expect.gpu.count", ok, passed, failed, ev, gone)
+
+
+def _per_gpu(
+    topo: Topology, expected: Evidence, fact: str, value: Callable[[Gpu], tuple[str, bool]]
+) -> tuple[tuple[Evidence, ...], str, bool]:
+    """A per-GPU expectation: its evidence (the expectation, then `index=value` of every GPU),
+    the GPUs that miss it (`GPU i: value`, or `no GPU`), and whether it holds (on every GPU,
+    and there is at least one). `value` answers a GPU's value as text and whether it misses."""
+    got = [(g.index, *value(g)) for g in topo.gpus]
+    wrong = "; ".join(f"GPU {i}: {text}" for i, text, bad in got if bad)
+    seen = ", ".join(f"{i}={text}" for i, text, _ in got) or "no GPU"
+    return (expected, Evidence(fact, seen)), wrong or "no GPU", bool(got) and not wrong
 
 
 def _gpu_model(topo: Topology, want: str, src: str) -> Finding:
-    names = [(g.index, g.nvml.name if g.nvml is not None else None) for g in topo.gpus]
-    wrong = [f"GPU {i}: {n or 'unknown (no NVML)'}" for i, n in names if n != want]
-    ev = (
-        Evidence(f"{src} (gpu_model)", want),
-        Evidence(
-            "nvmlDeviceGetName",
-            ", ".join(f"{i}={n or 'unknown (no NVML)'}" for i, n in names) or "no GPU",
-        ),
-    )
-    if not wrong and names:
-        return Finding("expect.gpu.model", Status.PASS, f"every GPU is a {want}", ev)
-    return Finding(
+    def model(g: Gpu) -> tuple[str, bool]:
+        name = g.nvml.name if g.nvml is not None else None
+        return name or "unknown (no NVML)", name != want
+
+    ev, wrong, ok = _per_gpu(topo, Evidence(f"{src} (gpu_model)", want), "nvmlDeviceGetName", model)
+    return _verdict(
         "expect.gpu.model",
-        Status.FAIL,
-        f"GPU model not as expected ({want}): {'; '.join(wrong) or 'no GPU'}",
+        ok,
+        f"every GPU is a {want}",
+        f"GPU model not as expected ({want}): {wrong}",
         ev,
         "A different model (or no NVML answer) means a swapped board or a broken driver: check "
         "`nvidia-smi -L`",
@@ -379,23 +380,21 @@ def _gpu_model(topo: Topology, want: str, src: str) -> Finding:
 
 
 def _nvlinks(topo: Topology, want: int, src: str) -> Finding:
-    got = [(g.index, g.nvml.active_links if g.nvml is not None else None) for g in topo.gpus]
-    short = [
-        f"GPU {i}: {n if n is not None else 'unknown'}" for i, n in got if n is None or n < want
-    ]
-    ev = (
+    def links(g: Gpu) -> tuple[str, bool]:
+        n = g.nvml.active_links if g.nvml is not None else None
+        return (str(n), n < want) if n is not None else ("unknown", True)
+
+    ev, short, ok = _per_gpu(
+        topo,
         Evidence(f"{src} (nvlinks_per_gpu)", str(want)),
-        Evidence(
-            "nvmlDeviceGetNvLinkState (active)",
-            ", ".join(f"{i}={n if n is not None else 'unknown'}" for i, n in got) or "no GPU",
-        ),
+        "nvmlDeviceGetNvLinkState (active)",
+        links,
     )
-    if not short and got:
-        return Finding("expect.gpu.nvlinks", Status.PASS, f"{want} active NVLinks per GPU", ev)
-    return Finding(
+    return _verdict(
         "expect.gpu.nvlinks",
-        Status.FAIL,
-        f"fewer active NVLinks than the {want} expected: {'; '.join(short) or 'no GPU'}",
+        ok,
+        f"{want} active NVLinks per GPU",
+        f"fewer active NVLinks than the {want} expected: {short}",
         ev,
         "`nvidia-smi nvlink -s`; reset the GPUs or restart nvidia-fabricmanager; RMA the "
         "baseboard if links stay down",
@@ -419,11 +418,10 @@ def _pcie(topo: Topology, gen: int | None, width: int | None, src: str) -> Findi
         Evidence(f"{src} (pcie_gen, pcie_width)", want),
         Evidence("GPU PCIe link (max generation, current width)", ", ".join(rows) or "no GPU"),
     )
-    if not bad and rows:
-        return Finding("expect.gpu.pcie", Status.PASS, f"every GPU's link reaches {want}", ev)
-    return Finding(
+    return _verdict(
         "expect.gpu.pcie",
-        Status.FAIL,
+        not bad and bool(rows),
+        f"every GPU's link reaches {want}",
         f"GPU PCIe links below the expected {want}: {'; '.join(bad) or 'no GPU'}",
         ev,
         "Reseat the GPU (riser, cable), check the slot's generation in the BIOS",
@@ -450,11 +448,10 @@ def gpu_link(g: Gpu) -> tuple[int | None, int | None]:
 def _driver(have: str | None, want: str, src: str) -> Finding:
     ev = (Evidence(f"{src} (driver_min)", want), Evidence("driver", have or "unknown"))
     got, need = _version(have), _version(want)
-    if got is not None and need is not None and got >= need:
-        return Finding("expect.driver", Status.PASS, f"driver {have} >= {want}", ev)
-    return Finding(
+    return _verdict(
         "expect.driver",
-        Status.FAIL,
+        got is not None and need is not None and got >= need,
+        f"driver {have} >= {want}",
         f"driver {have or 'unknown'}, expected {want} or later",
         ev,
         f"Install NVIDIA driver {want} or later (and reboot, or reload the modules)",

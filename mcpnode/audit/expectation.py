@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcpnode.errors import McpnodeError
+from mcpnode.errors import FileKeyError
 
 
-class ExpectError(McpnodeError):
+class ExpectError(FileKeyError):
     """An `[expect]` table or file that cannot be used. `file` and `key` say where (key None:
     the whole file)."""
-
-    def __init__(self, file: str, key: str | None, detail: str) -> None:
-        where = f"{file}: {key}" if key else file
-        super().__init__(f"{where}: {detail}")
-        self.file = file
-        self.key = key
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mcpnode.audit import gpu_health
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import read_file
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.audit.paths import PCI_DEVICES, UPTIME
 from mcpnode.host import HostReader
 from mcpnode.topology.model import Gpu, NvmlGpu, NvmlState
@@ -76,14 +76,11 @@ def check(facts: GpuFacts, ctx: AuditContext) -> list[Finding]:
     sysfs_count = len(facts.gpus)
     nvml_ok = nvml is not None and nvml.available
     if sysfs_count == 0 and not (nvml_ok and nvml is not None and nvml.gpus):
-        return [
-            Finding(
-                "gpu.present",
-                Status.SKIP,
-                f"GPU health not checked: {NO_GPU} (NVIDIA class 0x0300/0x0302, vendor 0x10de)",
-                (Evidence(f"{PCI_DEVICES}/*/{{class,vendor}}", "0 NVIDIA GPUs"),),
-            )
-        ]
+        return skipped(
+            "gpu.present",
+            f"GPU health not checked: {NO_GPU} (NVIDIA class 0x0300/0x0302, vendor 0x10de)",
+            Evidence(f"{PCI_DEVICES}/*/{{class,vendor}}", "0 NVIDIA GPUs"),
+        )
     if not nvml_ok:
         reason = "NVML was not asked" if nvml is None else (nvml.reason or "unavailable")
         out.append(

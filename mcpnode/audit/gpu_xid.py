@@ -29,7 +29,7 @@ from mcpnode.audit.context import AuditContext
 from mcpnode.audit.expect import CONFIG_PATH
 from mcpnode.audit.facts import FileRead, command_evidence, read_file, unreadable_finding
 from mcpnode.audit.gpu import uptime_of
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.audit.xid import (
     XID_RECOVERY_ACTION,
     XID_ROW_REMAP,
@@ -200,10 +200,13 @@ def collect(host: HostReader, ctx: AuditContext) -> XidFacts:
 
     def on_records(records: Iterable[LogRecord], source: str) -> None:
         for r in records:
-            x = parse_xid(r, source)
+            try:
+                x = parse_xid(r, source)
+                sx = parse_sxid(r)
+            except ValueError:
+                continue  # an XID past 32 bits: no driver wrote it (as the agent skips it)
             if x is not None:
                 xids.add(x)
-            sx = parse_sxid(r)
             if sx is not None:
                 sxids.add(sx)
 
@@ -559,14 +562,11 @@ def _sxid_findings(facts: XidFacts) -> list[Finding]:
     if facts.log.records is None:
         return []  # said by gpu.xid; SXIDs have no NVML event stand-in
     if not facts.switches and not by_switch:
-        return [
-            Finding(
-                "gpu.sxid",
-                Status.SKIP,
-                "SXIDs not checked: no NVSwitch on the PCI bus",
-                (Evidence(f"{paths.PCI_DEVICES} (class 0x0680, vendor 0x10de)", "0"),),
-            )
-        ]
+        return skipped(
+            "gpu.sxid",
+            "SXIDs not checked: no NVSwitch on the PCI bus",
+            Evidence(f"{paths.PCI_DEVICES} (class 0x0680, vendor 0x10de)", "0"),
+        )
     log_ev = _log_evidence(facts)
     out = []
     addresses = sorted(known | {k for k in by_switch if k is not None})

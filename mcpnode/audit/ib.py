@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, list_dir, read_file
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.host import HostReader
 
 COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors")
@@ -96,14 +96,11 @@ def counter(read: FileRead) -> int | None:
 
 def check(facts: IbFacts, ctx: AuditContext) -> list[Finding]:
     if not facts.ports:
-        return [
-            Finding(
-                "ib.port.state",
-                Status.SKIP,
-                "InfiniBand/RoCE ports not checked: no RDMA device on this host",
-                (Evidence(paths.INFINIBAND_CLASS, "absent" if not facts.listed else "empty"),),
-            )
-        ]
+        return skipped(
+            "ib.port.state",
+            "InfiniBand/RoCE ports not checked: no RDMA device on this host",
+            Evidence(paths.INFINIBAND_CLASS, "absent" if not facts.listed else "empty"),
+        )
     want = ctx.expect.nic_rate_gbps if ctx.expect is not None else None
     fastest: dict[str | None, float] = {}
     for p in facts.ports:

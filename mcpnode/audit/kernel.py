@@ -19,7 +19,7 @@ from mcpnode.audit.facts import (
     read_file,
     unreadable_finding,
 )
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host, HostReader
 from mcpnode.topology.distance import classify
@@ -406,14 +406,11 @@ def _acs(facts: KernelFacts, ctx: AuditContext) -> list[Finding]:
     groups are the visible sign."""
     fid = "kernel.iommu.acs"
     if not facts.switch_pairs:
-        return [
-            Finding(
-                fid,
-                Status.SKIP,
-                "ACS not checked: no GPU shares a PCIe switch with an RDMA NIC",
-                (Evidence("PCIe topology", "no GPU/NIC pair at PIX distance"),),
-            )
-        ]
+        return skipped(
+            fid,
+            "ACS not checked: no GPU shares a PCIe switch with an RDMA NIC",
+            Evidence("PCIe topology", "no GPU/NIC pair at PIX distance"),
+        )
     on, pt, words = _iommu_on(facts.cmdline.text)
     cmd_ev = Evidence(paths.CMDLINE, " ".join(words) or "no IOMMU options")
     out = []
@@ -425,55 +422,36 @@ def _acs(facts: KernelFacts, ctx: AuditContext) -> list[Finding]:
             Evidence(f"{paths.PCI_DEVICES}/{p.nic}/iommu_group", p.nic_group or "none"),
             cmd_ev,
         )
-        if p.gpu_group is not None and p.nic_group is not None:
-            if p.gpu_group != p.nic_group:
-                out.append(
-                    Finding(
-                        fid,
-                        Status.WARN,
-                        f"{where} sit in different IOMMU groups: ACS redirects their P2P "
-                        "traffic through the root complex (GPUDirect RDMA slows down)",
-                        ev,
-                        f"On bare metal, disable ACS on the switch's downstream ports: "
-                        f"`setpci -s {p.bridge} ECAP_ACS+0x6.w=0000` for each port at boot (or "
-                        "the BIOS PCIe ACS setting), or boot with iommu=pt; in a VM keep ACS "
-                        "and enable ATS on the NIC instead",
-                        subject,
-                    )
-                )
-            else:
-                out.append(
-                    Finding(
-                        fid,
-                        Status.PASS,
-                        f"{where} share IOMMU group {p.gpu_group}: P2P stays in the switch",
-                        ev,
-                        None,
-                        subject,
-                    )
-                )
-        elif on and not pt:
-            out.append(
-                Finding(
-                    fid,
-                    Status.INFO,
-                    f"{where}: the IOMMU is on without passthrough; if ACS is enabled on the "
-                    "switch, P2P goes through the root complex",
-                    ev,
-                    "Boot with iommu=pt (kernel command line) and check `lspci -vvv | grep "
-                    "ACSCtl` on the switch ports",
-                    subject,
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    fid,
-                    Status.PASS,
-                    f"{where}: no IOMMU groups (IOMMU off), P2P is not redirected",
-                    ev,
-                    None,
-                    subject,
-                )
-            )
+        status, summary, remedy = _acs_verdict(p, where, on, pt)
+        out.append(Finding(fid, status, summary, ev, remedy, subject))
     return out
+
+
+def _acs_verdict(p: SwitchPair, where: str, on: bool, pt: bool) -> tuple[Status, str, str | None]:
+    """What a GPU/NIC pair under one switch concludes: by their IOMMU groups when the kernel
+    made them, else by the IOMMU options on the command line (status, summary, remedy)."""
+    if p.gpu_group is not None and p.nic_group is not None:
+        if p.gpu_group != p.nic_group:
+            return (
+                Status.WARN,
+                f"{where} sit in different IOMMU groups: ACS redirects their P2P "
+                "traffic through the root complex (GPUDirect RDMA slows down)",
+                f"On bare metal, disable ACS on the switch's downstream ports: "
+                f"`setpci -s {p.bridge} ECAP_ACS+0x6.w=0000` for each port at boot (or "
+                "the BIOS PCIe ACS setting), or boot with iommu=pt; in a VM keep ACS "
+                "and enable ATS on the NIC instead",
+            )
+        return (
+            Status.PASS,
+            f"{where} share IOMMU group {p.gpu_group}: P2P stays in the switch",
+            None,
+        )
+    if on and not pt:
+        return (
+            Status.INFO,
+            f"{where}: the IOMMU is on without passthrough; if ACS is enabled on the "
+            "switch, P2P goes through the root complex",
+            "Boot with iommu=pt (kernel command line) and check `lspci -vvv | grep "
+            "ACSCtl` on the switch ports",
+        )
+    return Status.PASS, f"{where}: no IOMMU groups (IOMMU off), P2P is not redirected", None

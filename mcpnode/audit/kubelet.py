@@ -42,7 +42,7 @@ from typing import Any
 
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import clip
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.codec.yaml_bounded import YamlRejected, load_bounded
 from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import HostReader
@@ -364,16 +364,13 @@ def _housekeeping(host: HostReader, ctx: AuditContext) -> tuple[CpuSet | None, s
 
 def check(facts: KubeletFacts, ctx: AuditContext) -> list[Finding]:
     if not facts.found:
-        return [
-            Finding(
-                "kubelet.config",
-                Status.SKIP,
-                "no kubelet configuration found: not a Kubernetes node, or not one laid out "
-                "like kubeadm's (k3s, RKE2 and MicroK8s keep kubelet arguments in their own "
-                "files, which are not read)",
-                (Evidence("looked in", ", ".join(facts.looked)),),
-            )
-        ]
+        return skipped(
+            "kubelet.config",
+            "no kubelet configuration found: not a Kubernetes node, or not one laid out "
+            "like kubeadm's (k3s, RKE2 and MicroK8s keep kubelet arguments in their own "
+            "files, which are not read)",
+            Evidence("looked in", ", ".join(facts.looked)),
+        )
     read = tuple(Evidence(p, "read") for p in facts.read)
     if facts.error is not None:
         return [

@@ -38,6 +38,12 @@ class Finding:
         return self.id.split(".", 1)[0]
 
 
+def skipped(fid: str, summary: str, evidence: Evidence, remedy: str | None = None) -> list[Finding]:
+    """What a check finds when it cannot run here: one SKIP that says why (`summary`, which
+    names what was not checked), with what showed it."""
+    return [Finding(fid, Status.SKIP, summary, (evidence,), remedy)]
+
+
 @dataclass(frozen=True)
 class AuditReport:
     findings: tuple[Finding, ...]

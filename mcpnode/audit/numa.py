@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, read_file, unreadable_finding
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.host import HostReader
 from mcpnode.topology.model import NumaSource, PciAddress
 
@@ -73,14 +73,11 @@ def _locality(facts: NumaFacts) -> list[Finding]:
             Finding(fid, Status.SKIP, "device locality not checked: no GPU or NIC", (shape_ev,))
         ]
     if not multi:
-        return [
-            Finding(
-                fid,
-                Status.SKIP,
-                f"device locality not checked: single socket ({shape}), every device is local",
-                (shape_ev,),
-            )
-        ]
+        return skipped(
+            fid,
+            f"device locality not checked: single socket ({shape}), every device is local",
+            shape_ev,
+        )
     unknown = [d for d in facts.devices if d.numa_node_raw is not None and d.numa_node_raw < 0]
     if not unknown:
         return [

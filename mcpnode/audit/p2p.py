@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, read_file, unreadable_finding
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.audit.pcicfg import Acs, ConfigTooShort, acs_names, find_acs
 from mcpnode.codec.reading import Absent, Unreadable
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
@@ -188,14 +188,11 @@ def read_p2p(host: HostReader, topo: Topology) -> P2pFacts:
 def check(facts: P2pFacts, ctx: AuditContext) -> list[Finding]:
     fid = "p2p.acs"
     if not facts.paths:
-        return [
-            Finding(
-                fid,
-                Status.SKIP,
-                "PCIe P2P not checked: no GPU pair without NVLink and no GPU with an RDMA NIC",
-                (Evidence("PCIe topology", "no P2P path over PCIe"),),
-            )
-        ]
+        return skipped(
+            fid,
+            "PCIe P2P not checked: no GPU pair without NVLink and no GPU with an RDMA NIC",
+            Evidence("PCIe topology", "no P2P path over PCIe"),
+        )
     on: dict[PciAddress, list[str]] = {}
     direct = []
     for p in facts.paths:

@@ -29,7 +29,7 @@ from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, read_file, unreadable_finding
 from mcpnode.audit.gpu import uptime_of
-from mcpnode.audit.model import Evidence, Finding, Status
+from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.host import HostReader
 from mcpnode.topology.model import PciAddress, PciLink
 
@@ -122,14 +122,11 @@ def collect(host: HostReader, ctx: AuditContext) -> PcieFacts:
 
 def check(facts: PcieFacts, ctx: AuditContext) -> list[Finding]:
     if not facts.subjects:
-        return [
-            Finding(
-                "pcie.aer",
-                Status.SKIP,
-                "PCIe errors not checked: no GPU and no RDMA NIC here",
-                (Evidence(paths.PCI_DEVICES, "no GPU, no RDMA NIC"),),
-            )
-        ]
+        return skipped(
+            "pcie.aer",
+            "PCIe errors not checked: no GPU and no RDMA NIC here",
+            Evidence(paths.PCI_DEVICES, "no GPU, no RDMA NIC"),
+        )
     out = []
     for s in facts.subjects:
         out.append(_aer_finding(s, facts.uptime_s, ctx))

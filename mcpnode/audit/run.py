@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -170,14 +170,12 @@ def audit_context(
     *,
     housekeeping: CpuSet | None = None,
     observed_xids: tuple[XidEvent, ...] = (),
-    expect: Expectation | None = None,
-    expect_source: str | None = None,
 ) -> AuditContext:
     """The shared context, with the profile to check: `profile` when given, else the active
     one (tuning/active.py), else none. `housekeeping`: mcpnode's housekeeping CPUs when the
     caller planned placement (audit/kubelet.py compares the kubelet's reserved CPUs);
-    `observed_xids`: XIDs the agent received as NVML events; `expect`: the expected
-    inventory. The whole Host, not HostReader: tuning/'s active_profile is typed against it."""
+    `observed_xids`: XIDs the agent received as NVML events. The whole Host, not
+    HostReader: tuning/'s active_profile is typed against it."""
     active = None
     if profile is None:
         active = active_profile(host)
@@ -190,8 +188,6 @@ def audit_context(
         active,
         housekeeping,
         observed_xids=observed_xids,
-        expect=expect,
-        expect_source=expect_source,
     )
 
 
@@ -215,17 +211,31 @@ def run_audit(
 
     require_machine(host)
     topology = discover_host(host)
-    ctx = audit_context(
-        host, topology, profile, profiles_dir, expect=expect, expect_source=expect_source
+    ctx = replace(
+        audit_context(host, topology, profile, profiles_dir),
+        expect=expect,
+        expect_source=expect_source,
     )
-    name = ctx.profile
+    return audit_report(host, ctx, now or datetime.now(timezone.utc), areas, only, skip)
+
+
+def audit_report(
+    host: Host,
+    ctx: AuditContext,
+    when: datetime,
+    areas: Sequence[Area] | None = None,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+) -> AuditReport:
+    """Run `areas` (None: every area) over `ctx` and report them, generated at `when`: the
+    audit command's report and the manifest's audit section alike."""
     findings, problems = run_areas(host, ctx, AREAS if areas is None else areas, only, skip)
-    when = now or datetime.now(timezone.utc)
+    identity = ctx.topology.identity
     return AuditReport(
         findings=tuple(findings),
-        host=topology.identity.hostname,
-        kernel=topology.identity.kernel_release,
+        host=identity.hostname,
+        kernel=identity.kernel_release,
         generated_at=when.isoformat(timespec="seconds"),
         problems=tuple(problems),
-        profile=name,
+        profile=ctx.profile,
     )

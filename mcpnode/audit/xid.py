@@ -154,17 +154,32 @@ class SxidEvent:
     detail: str
 
 
-_KMSG_HEAD = re.compile(r"(\d+),(\d+),(\d+),[^;]*;")
-_JOURNAL = re.compile(r"\[\s*(\d+)\.(\d{1,6})\]\s+\S+\s+kernel:\s?(.*)")
+# Every number is bounded where it is matched, so int() never sees more digits than the
+# field can hold. /dev/kmsg's sequence number and timestamp are u64 (at most 20 digits: a
+# longer head is not a record); journalctl's seconds fit 12. An XID or SXID is a 32-bit number
+# (10 digits); the digit after those is captured rather than refused by the pattern, so a
+# record with a longer one is still seen, and rejected by _search (ValueError: the agent counts
+# it as skipped, agent/health.py) instead of silently not matching.
+_KMSG_HEAD = re.compile(r"(\d{1,20}),(\d{1,20}),(\d{1,20}),[^;]*;")
+_JOURNAL = re.compile(r"\[\s*(\d{1,12})\.(\d{1,6})\]\s+\S+\s+kernel:\s?(.*)")
 _ADDR = r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
+_XID_NUMBER = r"(\d{1,10})(\d?)"
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?"
     + _ADDR
-    + r"(?:\.[0-7])?(?:\s+GPU-I:(\d{1,3}))?(?:\s+GPU-CI:(\d{1,3}))?\): (\d+),?\s*(.*)",
+    + r"(?:\.[0-7])?(?:\s+GPU-I:(\d{1,3}))?(?:\s+GPU-CI:(\d{1,3}))?\): "
+    + _XID_NUMBER
+    + r",?\s*(.*)",
     re.DOTALL,
 )
 _PROC = re.compile(r"pid=([^,]*),\s*(?:name=([^,]*),\s*)?(.*)", re.DOTALL)
-_SXID = re.compile(r"nvidia-nvswitch\d*: SXid \((?:PCI:)?" + _ADDR + r"\.([0-7])\): (\d+),?\s*(.*)")
+_SXID = re.compile(
+    r"nvidia-nvswitch\d{0,5}: SXid \((?:PCI:)?"
+    + _ADDR
+    + r"\.([0-7])\): "
+    + _XID_NUMBER
+    + r",?\s*(.*)"
+)
 _SEVERITY = re.compile(r"(Fatal|Non-fatal)\b,?\s*(.*)", re.IGNORECASE)
 _NVL5_SEVERITY = re.compile(r"\b(non-?fatal|fatal)\b", re.IGNORECASE)
 _RECOVERY_TO = re.compile(r"\bto 0x([0-9a-fA-F]+)")
@@ -194,17 +209,32 @@ def _address(domain: str, bus: str, dev: str, fn: str = "0") -> PciAddress:
     return PciAddress(int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
 
 
-def parse_xid(record: LogRecord, source: str = "kmsg") -> XidEvent | None:
-    m = _XID.search(record.message)
+def _search(
+    pattern: re.Pattern[str], record: LogRecord, group: int, what: str
+) -> tuple[re.Match[str], int, str] | None:
+    """`pattern`'s match in the record, the _XID_NUMBER at `group` and the text after it
+    (stripped); None when the record has no such line. Raises ValueError when a digit follows
+    the ten the number allows: past 32 bits, which no driver writes."""
+    m = pattern.search(record.message)
     if m is None:
         return None
-    detail = m.group(7).strip()
+    if m.group(group + 1):
+        raise ValueError(f"{what} longer than 10 digits: {m.group(group)}...")
+    return m, int(m.group(group)), m.group(group + 2).strip()
+
+
+def parse_xid(record: LogRecord, source: str = "kmsg") -> XidEvent | None:
+    """The XID a kernel log record reports, or None. Raises ValueError (see _search)."""
+    found = _search(_XID, record, 6, "XID")
+    if found is None:
+        return None
+    m, xid, detail = found
     pid = process = None
     proc = _PROC.match(detail)
     if proc is not None:
         pid, process = proc.group(1).strip(), proc.group(2)
     return XidEvent(
-        xid=int(m.group(6)),
+        xid=xid,
         address=_address(m.group(1), m.group(2), m.group(3)),
         usec=record.usec,
         seq=record.seq,
@@ -218,17 +248,18 @@ def parse_xid(record: LogRecord, source: str = "kmsg") -> XidEvent | None:
 
 
 def parse_sxid(record: LogRecord) -> SxidEvent | None:
-    m = _SXID.search(record.message)
-    if m is None:
+    """The SXID a kernel log record reports, or None. Raises ValueError (see _search)."""
+    found = _search(_SXID, record, 5, "SXID")
+    if found is None:
         return None
-    rest = m.group(6).strip()
+    m, sxid, rest = found
     severity: Literal["fatal", "non-fatal"] | None = None
     sev = _SEVERITY.match(rest)
     if sev is not None:
         severity = "fatal" if sev.group(1).lower() == "fatal" else "non-fatal"
         rest = sev.group(2)
     return SxidEvent(
-        sxid=int(m.group(5)),
+        sxid=sxid,
         switch=_address(m.group(1), m.group(2), m.group(3), m.group(4)),
         severity=severity,
         usec=record.usec,

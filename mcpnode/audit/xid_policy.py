@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mcpnode.errors import McpnodeError
+from mcpnode.errors import FileKeyError
 
 Verdict = Literal["FAIL", "WARN", "INFO"]
 POLICIES = ("nvidia", "nhc")
@@ -50,15 +50,8 @@ NHC_FAIL = frozenset({48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81
 DEVICE_PLUGIN_IGNORES = frozenset({13, 31, 43, 45, 68, 109})
 
 
-class PolicyError(McpnodeError):
+class PolicyError(FileKeyError):
     """An `[audit.xid]` table that cannot be used; `key` names the key."""
-
-    def __init__(self, file: str, key: str | None, detail: str) -> None:
-        where = f"{file}: {key}" if key else file
-        super().__init__(f"{where}: {detail}")
-        self.file = file
-        self.key = key
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
+    from mcpnode.cli.placing import PlacementRequest
     from mcpnode.host import Host
     from mcpnode.placement.apply import Target
     from mcpnode.topology.model import CpuSet, Topology
@@ -109,19 +110,12 @@ def manifest_show_command(
 
 
 def placement_target(
-    live: Host,
-    root: str,
-    selector: str,
-    *,
-    scope: str = "slice",
-    membind: bool = False,
-    housekeeping: str | None = None,
-    fresh: bool = False,
-    notice: Callable[[str], object],
+    live: Host, request: PlacementRequest, notice: Callable[[str], object]
 ) -> tuple[Target, CpuSet | None]:
-    """The placement Target for the GPUs `selector` names, and the CPUs this process may use
-    (read once, from the live kernel behind `live`: `all-local` selects by them and exec clips
-    to them). The placement is the published manifest's under `root` when it is current, else
+    """The placement Target for the GPUs the request's selector names, and the CPUs this
+    process may use (read once, from the live kernel behind `live`: `all-local` selects by them
+    and exec clips to them). The placement is the published manifest's under its root when it
+    is current, else
     discovery's, and then `notice` is given the one line saying why. Raises UsageError (an
     unknown GPU, a bad policy), PlacementUnavailable, and what discovery raises."""
     from mcpnode.host import Host
@@ -129,15 +123,15 @@ def placement_target(
     from mcpnode.placement.source import resolve
 
     caller = caller_cpus(live)
-    with Host(root) as host:
-        resolved = resolve(host, housekeeping=housekeeping, fresh=fresh)
+    with Host(request.root) as host:
+        resolved = resolve(host, housekeeping=request.housekeeping, fresh=request.fresh)
     if resolved.notice is not None:
         notice(f"mcpnode: {resolved.notice}")
     target = choose_target(
         resolved.placement,
-        selector,
-        scope="node" if scope == "node" else "slice",
-        policy="bind" if membind else "preferred",
+        request.selector,
+        scope="node" if request.scope == "node" else "slice",
+        policy="bind" if request.membind else "preferred",
         online=resolved.online,
         process_cpus=caller,
     )
@@ -145,15 +139,10 @@ def placement_target(
 
 
 def exec_command(
-    root: str,
-    selector: str,
+    request: PlacementRequest,
     command: Sequence[str],
     env: Mapping[str, str],
     *,
-    scope: str = "slice",
-    membind: bool = False,
-    housekeeping: str | None = None,
-    fresh: bool = False,
     dry_run: bool = False,
     fmt: str = "text",
     notice: Callable[[str], object],
@@ -171,16 +160,7 @@ def exec_command(
     if fmt == "json" and not dry_run:
         raise UsageError("--format json needs --dry-run: exec replaces this process")
     live = Host("/")
-    target, caller = placement_target(
-        live,
-        root,
-        selector,
-        scope=scope,
-        membind=membind,
-        housekeeping=housekeeping,
-        fresh=fresh,
-        notice=notice,
-    )
+    target, caller = placement_target(live, request, notice)
     plan = plan_exec(live, target, command, env, dry_run=dry_run, allowed=caller)
     if not dry_run:
         run_exec(live, plan, env)

@@ -10,8 +10,8 @@ working directory. `--host-file` takes FILE from this machine whatever `--root` 
 temporary copy, checked against the profiles of a root being provisioned).
 
 main.py registers this group (`cli.add_command(config)`) and so imports this module: importing
-main.py back at import time would be circular, hence the local --root/--profiles-dir options
-(same flags, defaults and help as main.py's) and the exit codes imported inside the commands.
+main.py back at import time would be circular, hence the shared options from cli/options.py
+(as main.py uses them) and the exit codes (mcpnode/exitcodes.py) imported inside the commands.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from mcpnode.cli.options import F, profiles_dir_option, root_option
+from mcpnode.cli.options import F, format_option, profiles_dir_option, root_option
 
 if TYPE_CHECKING:
     from mcpnode.agent.config import AgentConfig, ConfigError, PinRule
@@ -65,12 +65,6 @@ def host_file_option(fn: F) -> F:
         "--host-file",
         is_flag=True,
         help="FILE is a path on this machine, not under --root (Ansible's validate: copy).",
-    )(fn)
-
-
-def format_option(fn: F) -> F:
-    return click.option(
-        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
     )(fn)
 
 

@@ -32,33 +32,34 @@ from mcpnode.exitcodes import (
     EXIT_USAGE,
 )
 
+# mcpnode's errors that read as themselves after a prefix: the types, the prefix, the exit
+# status; tried in this order, the first that matches wins (ProcessGone is a HostError).
+_LINES: tuple[tuple[type[McpnodeError] | tuple[type[McpnodeError], ...], str, int], ...] = (
+    (UsageError, "", EXIT_USAGE),
+    (ProcessGone, "", EXIT_NO_PROCESS),
+    (PlacementUnavailable, "placement unavailable here: ", EXIT_UNAVAILABLE),
+    (PinRefused, "refused: ", EXIT_REFUSED),
+    (CommandNotFound, "", EXIT_NOT_FOUND),
+    (LockBusy, "state lock busy: ", EXIT_LOCKED),
+    (HostError, "", EXIT_ERROR),
+    ((ManifestError, ProbeDataError), "", EXIT_DATAERR),
+    (ProbeUnavailable, "probe: ", EXIT_ERROR),
+)
+
 
 def error_line(err: BaseException) -> tuple[str, int] | None:
     """(the line for stderr, the exit status) for one of mcpnode's errors or an OSError; None
-    for anything else (a bug: let its traceback show). Checked in this order, the first that
-    matches wins, as the `except` clauses of cli/main.py's main() did."""
-    if isinstance(err, UsageError):
-        return f"mcpnode: {err}", EXIT_USAGE
-    if isinstance(err, ProcessGone):
-        return f"mcpnode: {err}", EXIT_NO_PROCESS
-    if isinstance(err, PlacementUnavailable):
-        return f"mcpnode: placement unavailable here: {err}", EXIT_UNAVAILABLE
-    if isinstance(err, PinRefused):
-        return f"mcpnode: refused: {err}", EXIT_REFUSED
-    if isinstance(err, CommandNotFound):
-        return f"mcpnode: {err}", EXIT_NOT_FOUND
-    if isinstance(err, LockBusy):
-        return f"mcpnode: state lock busy: {err}", EXIT_LOCKED
+    for anything else (a bug: let its traceback show). _LINES first, in its order, as the
+    `except` clauses of cli/main.py's main() did; then the special cases."""
+    for types, prefix, code in _LINES:
+        if isinstance(err, types):
+            return f"mcpnode: {prefix}{err}", code
     if isinstance(err, RootError):
         # Only the machine root raises it (a directory, a snapshot tarball): name the option,
         # and keep it one line (tarfile's error lists every compression it tried, a line each).
         return f"mcpnode: --root {' '.join(str(err).split())}", EXIT_ERROR
-    if isinstance(err, HostError) or _is_output_dir_missing(err):
+    if _is_output_dir_missing(err):
         return f"mcpnode: {err}", EXIT_ERROR
-    if isinstance(err, (ManifestError, ProbeDataError)):
-        return f"mcpnode: {err}", EXIT_DATAERR
-    if isinstance(err, ProbeUnavailable):
-        return f"mcpnode: probe: {err}", EXIT_ERROR
     if isinstance(err, McpnodeError):
         from mcpnode.tuning.errors import ProfileNotFound  # not at import: --help stays fast
 

@@ -127,19 +127,18 @@ def _exec(opts: dict[str, str | bool], command: list[str]) -> None:
     """`mcpnode exec` without --dry-run (cli/commands.py exec_command); returns only by
     raising."""
     from mcpnode.cli.commands import exec_command
+    from mcpnode.cli.placing import PlacementRequest
 
     housekeeping = opts.get("--housekeeping")
-    exec_command(
+    request = PlacementRequest(
         str(opts.get("--root", "/")),
         str(opts["--gpu"]),
-        command,
-        os.environ,
         scope=str(opts.get("--scope", "slice")),
         membind=bool(opts.get("--membind", False)),
         housekeeping=None if housekeeping is None else str(housekeeping),
         fresh=bool(opts.get("--fresh", False)),
-        notice=_say,
     )
+    exec_command(request, command, os.environ, notice=_say)
 
 
 def _run(command: str, opts: dict[str, str | bool]) -> Output:

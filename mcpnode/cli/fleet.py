@@ -1,18 +1,19 @@
 """`mcpnode fleet-report DIR`: compare many published manifests, name the outliers.
 
-Registered by cli/main.py (`cli.add_command(fleet_report)`); exit codes are main.py's.
+Registered by cli/main.py (`cli.add_command(fleet_report)`); its exit codes are
+mcpnode/exitcodes.py's.
 """
 
 from __future__ import annotations
 
 import click
 
+from mcpnode.cli.options import format_option
+
 
 @click.command("fleet-report")
 @click.argument("directory", metavar="DIR", type=click.Path(path_type=str))
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 @click.pass_context
 def fleet_report(ctx: click.Context, directory: str, fmt: str) -> None:
     """Compare many hosts' manifests: per property, the majority and the outliers.

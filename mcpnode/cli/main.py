@@ -6,10 +6,12 @@ that need them so `mcpnode --help` stays fast.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,6 +22,9 @@ from mcpnode.cli.errors import error_line
 from mcpnode.cli.options import (
     F,
     check_output_dir,
+    config_option,
+    format_option,
+    housekeeping_option,
     profiles_dir_option,
     root_option,
     state_dir_option,
@@ -29,8 +34,8 @@ from mcpnode.errors import (
 )
 
 if TYPE_CHECKING:
+    from mcpnode.cli.placing import PlacementRequest
     from mcpnode.host import Host
-    from mcpnode.placement.apply import Target
     from mcpnode.tuning.journal import JournalStore
     from mcpnode.tuning.partition import CpuPartition
     from mcpnode.tuning.profile import Profile
@@ -58,9 +63,7 @@ def cli(color: str | None) -> None:
 @click.option(
     "--p2p", is_flag=True, help="GPU peer-to-peer matrix (`nvidia-smi topo -p2p r`) and ACS."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
     output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt)
@@ -69,9 +72,7 @@ def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
 
 @cli.command()
 @root_option
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def gpus(root: str, fmt: str) -> None:
     """Per-GPU table: bus id, NUMA, PCIe, NVLink, persistence, ECC, row remapping, MIG, fabric."""
     _echo(commands.gpus_command(root, fmt=fmt))
@@ -90,9 +91,7 @@ def gpus(root: str, fmt: str) -> None:
 @click.option(
     "--probe", "with_probe", is_flag=True, help="Also record a probe run (uses the GPUs)."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def snapshot(root: str, output: Path, with_probe: bool, fmt: str) -> None:
     """Capture exactly the files discovery reads into a tarball usable as --root."""
     from mcpnode.host import Host
@@ -115,13 +114,20 @@ def snapshot(root: str, output: Path, with_probe: bool, fmt: str) -> None:
 # -- tuning -----------------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
 PROFILE_HELP = "Profile name: a shipped profile, or one in /etc/mcpnode/profiles (which wins)."
 
 
-def format_option(fn: F) -> F:
-    return click.option(
-        "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-    )(fn)
+def echo_rendered(
+    fmt: str, value: T, as_json: Callable[[T], str], as_text: Callable[[T], str]
+) -> None:
+    """Print `value` as `--format` asks: the JSON document (one line more), or the text, which
+    ends its own lines."""
+    if fmt == "json":
+        click.echo(as_json(value))
+    else:
+        click.echo(as_text(value), nl=False)
 
 
 def wait_option(fn: F) -> F:
@@ -186,10 +192,7 @@ def profiles_list(root: str, profiles_dir: Path | None, fmt: str) -> None:
 
     with Host(root) as host:
         rows = list_profiles(host, profiles_dir)
-    if fmt == "json":
-        click.echo(render_tuning.profiles_json(rows))
-    else:
-        click.echo(render_tuning.profiles_text(rows), nl=False)
+    echo_rendered(fmt, rows, render_tuning.profiles_json, render_tuning.profiles_text)
 
 
 @profiles.command("show")
@@ -205,10 +208,7 @@ def profiles_show(name: str, root: str, profiles_dir: Path | None, fmt: str) -> 
 
     with Host(root) as host:
         profile = load_profile(name, host, profiles_dir)
-    if fmt == "json":
-        click.echo(render_tuning.profile_json(profile))
-    else:
-        click.echo(render_tuning.profile_text(profile), nl=False)
+    echo_rendered(fmt, profile, render_tuning.profile_json, render_tuning.profile_text)
 
 
 @profiles.command("explain")
@@ -225,10 +225,7 @@ def profiles_explain(key: str, root: str, profiles_dir: Path | None, fmt: str) -
 
     with Host(root) as host:
         explanation = explain(key, host, profiles_dir)
-    if fmt == "json":
-        click.echo(render_tuning.explain_json(explanation))
-    else:
-        click.echo(render_tuning.explain_text(explanation), nl=False)
+    echo_rendered(fmt, explanation, render_tuning.explain_json, render_tuning.explain_text)
 
 
 @profiles.command("recommend")
@@ -245,13 +242,8 @@ def profiles_recommend(root: str, fmt: str) -> None:
 @profiles.command("active")
 @root_option
 @state_dir_option
-@click.option(
-    "--config",
-    "config_path",
-    default="/etc/mcpnode/mcpnode.toml",
-    show_default=True,
-    metavar="PATH",
-    help="Agent configuration whose [tuning] profile counts as configured; under --root.",
+@config_option(
+    help="Agent configuration whose [tuning] profile counts as configured; under --root."
 )
 @format_option
 def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: str) -> None:
@@ -263,10 +255,7 @@ def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: st
 
     with Host(root) as host:
         active = active_profile(host, _journal_store(host, state_dir), config_path)
-    if fmt == "json":
-        click.echo(render_tuning.active_json(active))
-    else:
-        click.echo(render_tuning.active_text(active), nl=False)
+    echo_rendered(fmt, active, render_tuning.active_json, render_tuning.active_text)
 
 
 @cli.command()
@@ -310,10 +299,7 @@ def apply(
         result = apply_profile(
             host, profile, store, persist=persist, dry_run=dry_run, partition=partition
         )
-    if fmt == "json":
-        click.echo(render_tuning.apply_json(result))
-    else:
-        click.echo(render_tuning.apply_text(result), nl=False)
+    echo_rendered(fmt, result, render_tuning.apply_json, render_tuning.apply_text)
     if any(o.result == "partial" for o in result.writes):
         ctx.exit(EXIT_FINDINGS)
 
@@ -351,19 +337,20 @@ def verify(
         if profile_name is None:
             active = active_profile(host, _journal_store(host, state_dir))
             if active.name is None:
-                if fmt == "json":
-                    click.echo(render_tuning.verify_none_json(active))
-                else:
-                    click.echo(render_tuning.verify_none_text(active), nl=False)
+                echo_rendered(
+                    fmt, active, render_tuning.verify_none_json, render_tuning.verify_none_text
+                )
                 ctx.exit(EXIT_UNKNOWN)
             profile_name = active.name
         profile = load_profile(profile_name, host, profiles_dir)
         managed = _journal_store(host, state_dir).managed_irqs()
         report = verify_profile(host, profile, _partition(host, profile), managed)
-    if fmt == "json":
-        click.echo(render_tuning.verify_json(report, active))
-    else:
-        click.echo(render_tuning.verify_text(report, active), nl=False)
+    echo_rendered(
+        fmt,
+        report,
+        lambda v: render_tuning.verify_json(v, active),
+        lambda v: render_tuning.verify_text(v, active),
+    )
     if report.compliant is False:
         ctx.exit(EXIT_FINDINGS)
     if report.compliant is None:
@@ -387,10 +374,7 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     with Host(root) as host:
         store = _journal_store(host, state_dir, _command_line("rollback"), wait_s)
         result = rollback_tuning(host, store)
-    if fmt == "json":
-        click.echo(render_tuning.rollback_json(result))
-    else:
-        click.echo(render_tuning.rollback_text(result), nl=False)
+    echo_rendered(fmt, result, render_tuning.rollback_json, render_tuning.rollback_text)
 
 
 # -- audit ------------------------------------------------------------------------------------
@@ -516,23 +500,11 @@ def manifest() -> None:
     """The topology manifest (/run/mcpnode/manifest.json, schema mcpnode.manifest/v1)."""
 
 
-def housekeeping_option(fn: F) -> F:
-    return click.option(
-        "--housekeeping",
-        default="first-core",
-        show_default=True,
-        metavar="first-core|none|CPULIST",
-        help="CPUs kept out of every GPU's exclusive slice.",
-    )(fn)
-
-
 @manifest.command("publish")
 @root_option
 @housekeeping_option
 @profiles_dir_option
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fmt: str) -> None:
     """Build the manifest and write it atomically (mode 0644) to run/mcpnode/manifest.json."""
     from mcpnode.cli import render_placement
@@ -559,9 +531,7 @@ def manifest_publish(root: str, housekeeping: str, profiles_dir: Path | None, fm
 @housekeeping_option
 @profiles_dir_option
 @click.option("--published", is_flag=True, help="Show the published file (checked), not a new one.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def manifest_show(
     root: str, housekeeping: str, profiles_dir: Path | None, published: bool, fmt: str
 ) -> None:
@@ -588,14 +558,7 @@ def manifest_show(
 )
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the file; write nothing.")
 @click.option("--no-audit", is_flag=True, help="Leave the audit counts and drift out.")
-@click.option(
-    "--housekeeping",
-    "housekeeping",
-    default="first-core",
-    show_default=True,
-    metavar="first-core|none|CPULIST",
-    help="CPUs kept out of every GPU's exclusive slice.",
-)
+@housekeeping_option
 @click.option(
     "--slurm-type",
     type=click.Choice(["autodetect", "short"]),
@@ -648,60 +611,55 @@ def export(
 # -- process placement: exec, pin, systemd-dropin ---------------------------------------------
 
 
-def placement_options(fn: F) -> F:
-    """--gpu, --scope, --membind/--preferred, --housekeeping, --fresh, --root: what to place on."""
-    fn = click.option(
+def placement_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """--gpu, --scope, --membind/--preferred, --housekeeping, --fresh, --root: what to place on,
+    handed to the command as one `placement` (cli/placing.py)."""
+
+    @functools.wraps(fn)
+    def command(
+        *,
+        root: str,
+        selector: str,
+        scope: str,
+        membind: bool,
+        housekeeping: str | None,
+        fresh: bool,
+        **rest: Any,
+    ) -> None:
+        from mcpnode.cli.placing import PlacementRequest
+
+        request = PlacementRequest(root, selector, scope, membind, housekeeping, fresh)
+        fn(placement=request, **rest)
+
+    command = click.option(
         "--fresh",
         is_flag=True,
         help="Discover the topology instead of using the published manifest.",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--housekeeping",
         default=None,
         metavar="first-core|none|CPULIST",
         help="CPUs kept out of every GPU's exclusive slice (default: the published manifest's "
         "policy, else first-core).",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--membind/--preferred",
         "membind",
         default=False,
         help="Memory policy: bind to the GPU's node (no fallback), or prefer it (default).",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--scope",
         type=click.Choice(["slice", "node"]),
         default="slice",
         show_default=True,
         help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."
-    )(fn)
-    return root_option(fn)
-
-
-def _target(
-    live: Host,
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-) -> Target:
-    """The placement Target for pin and systemd-dropin (cli/commands.py placement_target)."""
-    target, _ = commands.placement_target(
-        live,
-        root,
-        selector,
-        scope=scope,
-        membind=membind,
-        housekeeping=housekeeping,
-        fresh=fresh,
-        notice=_say,
-    )
-    return target
+    )(command)
+    return root_option(command)
 
 
 def _echo(text: str) -> None:
@@ -729,29 +687,16 @@ def _say(line: str) -> None:
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_command(
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-    dry_run: bool,
-    fmt: str,
-    command: tuple[str, ...],
+    placement: PlacementRequest, dry_run: bool, fmt: str, command: tuple[str, ...]
 ) -> None:
     """Run COMMAND (no shell) on the GPU's CPUs, memory node and environment:
     `mcpnode exec --gpu 0 -- python serve.py`. The placement is the published manifest's when it
     is current (else the topology under --root is discovered), clipped to the CPUs this process
     may use; the CPU affinity and memory policy are always set on this machine's kernel."""
     text = commands.exec_command(
-        root,
-        selector,
+        placement,
         command,
         os.environ,
-        scope=scope,
-        membind=membind,
-        housekeeping=housekeeping,
-        fresh=fresh,
         dry_run=dry_run,
         fmt=fmt,
         notice=_say,
@@ -770,18 +715,7 @@ def exec_command(
     help="Also move the process's memory to the GPU's node (migrate_pages), reporting its "
     "numa_maps before and after.",
 )
-def pin(
-    pid: int,
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-    force: bool,
-    fmt: str,
-    migrate: bool,
-) -> None:
+def pin(pid: int, placement: PlacementRequest, force: bool, fmt: str, migrate: bool) -> None:
     """Set the CPU affinity of every thread of running process PID to the GPU's CPUs.
     Refuses kernel threads, and processes already narrowed by someone else unless --force."""
     from mcpnode.cli import render_exec
@@ -789,7 +723,7 @@ def pin(
     from mcpnode.placement.apply import pin_process
 
     live = Host("/")
-    target = _target(live, root, selector, scope, membind, housekeeping, fresh)
+    target, _ = commands.placement_target(live, placement, _say)
     result = pin_process(live, pid, target, force=force)
     move = None
     if migrate:
@@ -821,16 +755,7 @@ def pin(
     help="Also run the service in slice NAME (Slice=), outside a confined system.slice.",
 )
 def systemd_dropin(
-    root: str,
-    selector: str,
-    scope: str,
-    membind: bool,
-    housekeeping: str | None,
-    fresh: bool,
-    unit: str,
-    do_write: bool,
-    fmt: str,
-    slice_name: str | None,
+    placement: PlacementRequest, unit: str, do_write: bool, fmt: str, slice_name: str | None
 ) -> None:
     """Print (or --write) etc/systemd/system/NAME.service.d/50-mcpnode-placement.conf:
     CPUAffinity=, NUMAPolicy=, NUMAMask= and Environment= for the GPU's placement."""
@@ -839,11 +764,11 @@ def systemd_dropin(
 
     name = systemd.unit_name(unit)
     slice_unit = systemd.slice_name(slice_name) if slice_name is not None else None
-    target = _target(Host("/"), root, selector, scope, membind, housekeeping, fresh)
+    target, _ = commands.placement_target(Host("/"), placement, _say)
     text = systemd.render_dropin(name, target, slice_unit)
     path = systemd.dropin_path(name)
     if do_write:
-        with Host(root) as host:
+        with Host(placement.root) as host:
             path = systemd.write_dropin(host, name, text)
         click.echo(f"wrote {path}; run `systemctl daemon-reload` and restart {name}", err=True)
     if fmt == "json":
@@ -855,14 +780,7 @@ def systemd_dropin(
 
 
 @cli.command()
-@click.option(
-    "--config",
-    "config_path",
-    default="/etc/mcpnode/mcpnode.toml",
-    show_default=True,
-    metavar="PATH",
-    help="Agent configuration (docs/config.md); under --root.",
-)
+@config_option(help="Agent configuration (docs/config.md); under --root.")
 @root_option
 @profiles_dir_option
 @click.option("--inject-fd", type=int, default=None, hidden=True, help="Read JSON device events.")
@@ -897,7 +815,7 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps mcpnode's errors to exit codes and one-line messages."""
+    """Entry point: mcpnode's errors end as one line and an exit code (cli/errors.py)."""
     try:
         rv = cli.main(args=argv, prog_name="mcpnode", standalone_mode=False)
     except click.exceptions.Abort:

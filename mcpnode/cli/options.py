@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,44 +14,54 @@ from mcpnode.errors import McpnodeError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def root_option(fn: F) -> F:
-    """`--root PATH`: read a snapshot, sysfs dump (dir or .tar.gz/.tar.bz2) instead of `/`."""
-    return click.option(
-        "--root",
-        "root",
-        default="/",
-        show_default=True,
-        type=click.Path(path_type=str),
-        help="Machine root: / for this host, or a snapshot / sysfs dump (dir or tarball).",
-    )(fn)
+# Each option is click's decorator itself, made once: `@root_option` on a command.
 
-
-def _dir_option(flag: str, dest: str, help_text: str) -> Callable[[F], F]:
-    """An optional directory option (None when not given)."""
-
-    def deco(fn: F) -> F:
-        return click.option(
-            flag,
-            dest,
-            default=None,
-            type=click.Path(file_okay=False, path_type=Path),
-            help=help_text,
-        )(fn)
-
-    return deco
-
-
+# `--root PATH`: read a snapshot, sysfs dump (dir or .tar.gz/.tar.bz2) instead of `/`.
+root_option = click.option(
+    "--root",
+    "root",
+    default="/",
+    show_default=True,
+    type=click.Path(path_type=str),
+    help="Machine root: / for this host, or a snapshot / sysfs dump (dir or tarball).",
+)
+# `--format text|json` (default text), as `fmt`.
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+# `--config PATH`: the agent's configuration file (under --root), as `config_path`; each
+# command says what it reads it for: `@config_option(help=...)`.
+config_option = functools.partial(
+    click.option,
+    "--config",
+    "config_path",
+    default="/etc/mcpnode/mcpnode.toml",
+    show_default=True,
+    metavar="PATH",
+)
+# `--housekeeping first-core|none|CPULIST` (default first-core).
+housekeeping_option = click.option(
+    "--housekeeping",
+    default="first-core",
+    show_default=True,
+    metavar="first-core|none|CPULIST",
+    help="CPUs kept out of every GPU's exclusive slice.",
+)
+# An optional directory (None when not given): `_dir_option(FLAG, DEST, help=...)`.
+_dir_option = functools.partial(
+    click.option, default=None, type=click.Path(file_okay=False, path_type=Path)
+)
 # `--profiles-dir DIR`: the system profiles (default: the shipped `profiles/`).
 profiles_dir_option = _dir_option(
     "--profiles-dir",
     "profiles_dir",
-    "System profiles directory (default: the profiles shipped with mcpnode).",
+    help="System profiles directory (default: the profiles shipped with mcpnode).",
 )
 # `--state-dir DIR`: where the journal lives (default: var/lib/mcpnode under the root).
 state_dir_option = _dir_option(
     "--state-dir",
     "state_dir",
-    "Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
+    help="Keep the tuning journal in DIR instead of /var/lib/mcpnode under --root.",
 )
 
 

@@ -4,8 +4,8 @@ replayed from a recorded run under any other root.
 
 Exit: 0 nothing FAILed, 1 a finding FAILed, 2 the probe could not run (no bindings, no driver,
 no GPU, nothing recorded; one line says which), 65 a recorded run is unusable (the file and the
-field named). main.py registers this command and maps the errors; the exit codes are imported
-inside the command for the reason config_cmd.py gives.
+field named). main.py registers this command; cli/errors.py maps the errors to the codes of
+mcpnode/exitcodes.py, which are imported inside the command for the reason config_cmd.py gives.
 """
 
 from __future__ import annotations

@@ -101,6 +101,11 @@ def apply_text(result: ApplyResult) -> str:
     return out + ("\n".join(extra) + "\n" if extra else "")
 
 
+def _document(schema: str, **fields: Any) -> str:
+    """A JSON document of these commands: its schema first, then `fields` in order."""
+    return json.dumps({"schema": schema, **fields}, indent=2)
+
+
 def _item_json(i: PlanItem) -> dict[str, Any]:
     return {
         "key": i.key,
@@ -134,22 +139,21 @@ def apply_json(result: ApplyResult) -> str:
             "content": result.persist.content,
             "overrides": [asdict(a) for a in result.persist.overrides],
         }
-    doc = {
-        "schema": APPLY_SCHEMA,
-        "profile": result.profile,
-        "dry_run": result.dry_run,
-        "counts": result.plan.counts(),
-        "items": [_item_json(i) for i in result.plan.items],
-        "restores": [_item_json(i) for i in result.restores],
-        "recovered": [_outcome_json(o) for o in result.recovered],
-        "loads": [_outcome_json(o) for o in result.loads],
-        "writes": [_outcome_json(o) for o in result.writes],
-        "managed": [_outcome_json(o) for o in result.managed],
-        "persist": persist,
-        "journal": result.journal,
-        "notes": list(result.notes),
-    }
-    return json.dumps(doc, indent=2)
+    return _document(
+        APPLY_SCHEMA,
+        profile=result.profile,
+        dry_run=result.dry_run,
+        counts=result.plan.counts(),
+        items=[_item_json(i) for i in result.plan.items],
+        restores=[_item_json(i) for i in result.restores],
+        recovered=[_outcome_json(o) for o in result.recovered],
+        loads=[_outcome_json(o) for o in result.loads],
+        writes=[_outcome_json(o) for o in result.writes],
+        managed=[_outcome_json(o) for o in result.managed],
+        persist=persist,
+        journal=result.journal,
+        notes=list(result.notes),
+    )
 
 
 def verify_text(report: VerifyReport, active: ActiveProfile | None = None) -> str:
@@ -176,19 +180,18 @@ def verify_text(report: VerifyReport, active: ActiveProfile | None = None) -> st
 
 
 def verify_json(report: VerifyReport, active: ActiveProfile | None = None) -> str:
-    doc = {
-        "schema": VERIFY_SCHEMA,
-        "profile": report.profile,
-        "active": None if active is None else asdict(active),
-        "ok": report.ok,
-        "compliant": report.compliant,
-        "unknown_reason": report.unknown_reason,
-        "drift": [asdict(d) for d in report.drift],
-        "unsupported": [_item_json(i) for i in report.unsupported],
-        "unverified": [_item_json(i) for i in report.unverified],
-        "items": [_item_json(i) for i in report.plan.items],
-    }
-    return json.dumps(doc, indent=2)
+    return _document(
+        VERIFY_SCHEMA,
+        profile=report.profile,
+        active=None if active is None else asdict(active),
+        ok=report.ok,
+        compliant=report.compliant,
+        unknown_reason=report.unknown_reason,
+        drift=[asdict(d) for d in report.drift],
+        unsupported=[_item_json(i) for i in report.unsupported],
+        unverified=[_item_json(i) for i in report.unverified],
+        items=[_item_json(i) for i in report.plan.items],
+    )
 
 
 def _active_line(active: ActiveProfile) -> str:
@@ -218,19 +221,18 @@ def verify_none_json(active: ActiveProfile) -> str:
         reason = f"the active profile cannot be told: {active.problem}"
     else:
         reason = f"no active profile: not tuned by mcpnode ({active.detail})"
-    doc: dict[str, object] = {
-        "schema": VERIFY_SCHEMA,
-        "profile": None,
-        "active": asdict(active),
-        "ok": False,
-        "compliant": None,
-        "unknown_reason": reason,
-        "drift": [],
-        "unsupported": [],
-        "unverified": [],
-        "items": [],
-    }
-    return json.dumps(doc, indent=2)
+    return _document(
+        VERIFY_SCHEMA,
+        profile=None,
+        active=asdict(active),
+        ok=False,
+        compliant=None,
+        unknown_reason=reason,
+        drift=[],
+        unsupported=[],
+        unverified=[],
+        items=[],
+    )
 
 
 def active_text(active: ActiveProfile) -> str:
@@ -252,7 +254,7 @@ def active_text(active: ActiveProfile) -> str:
 
 
 def active_json(active: ActiveProfile) -> str:
-    return json.dumps({"schema": ACTIVE_SCHEMA, **asdict(active)}, indent=2)
+    return _document(ACTIVE_SCHEMA, **asdict(active))
 
 
 def rollback_text(result: RollbackResult) -> str:
@@ -264,13 +266,12 @@ def rollback_text(result: RollbackResult) -> str:
 
 
 def rollback_json(result: RollbackResult) -> str:
-    doc = {
-        "schema": ROLLBACK_SCHEMA,
-        "profile": result.profile,
-        "journal": result.journal,
-        "outcomes": [_outcome_json(o) for o in result.outcomes],
-    }
-    return json.dumps(doc, indent=2)
+    return _document(
+        ROLLBACK_SCHEMA,
+        profile=result.profile,
+        journal=result.journal,
+        outcomes=[_outcome_json(o) for o in result.outcomes],
+    )
 
 
 def profiles_text(rows: Sequence[ProfileInfo]) -> str:
@@ -286,7 +287,7 @@ def profiles_text(rows: Sequence[ProfileInfo]) -> str:
 
 
 def profiles_json(rows: Sequence[ProfileInfo]) -> str:
-    return json.dumps({"schema": PROFILES_SCHEMA, "profiles": [asdict(r) for r in rows]}, indent=2)
+    return _document(PROFILES_SCHEMA, profiles=[asdict(r) for r in rows])
 
 
 def profile_text(profile: Profile) -> str:
@@ -306,19 +307,18 @@ def profile_text(profile: Profile) -> str:
 
 
 def profile_json(profile: Profile) -> str:
-    doc = {
-        "schema": PROFILES_SCHEMA,
-        "name": profile.name,
-        "summary": profile.summary,
-        "file": profile.file,
-        "chain": list(profile.chain),
-        "modules": list(profile.modules),
-        "settings": [
+    return _document(
+        PROFILES_SCHEMA,
+        name=profile.name,
+        summary=profile.summary,
+        file=profile.file,
+        chain=list(profile.chain),
+        modules=list(profile.modules),
+        settings=[
             {"key": s.key, "rule": describe(s.desired), "source": s.source, "comment": s.comment}
             for s in profile.settings
         ],
-    }
-    return json.dumps(doc, indent=2)
+    )
 
 
 def explain_text(e: Explanation) -> str:
@@ -349,7 +349,7 @@ def explain_text(e: Explanation) -> str:
 
 
 def explain_json(e: Explanation) -> str:
-    return json.dumps({"schema": PROFILES_SCHEMA, "explain": asdict(e)}, indent=2)
+    return _document(PROFILES_SCHEMA, explain=asdict(e))
 
 
 RECOMMEND_SCHEMA = "mcpnode.tuning-recommend/v1"
@@ -363,10 +363,6 @@ def recommend_text(r: Recommendation) -> str:
 
 
 def recommend_json(r: Recommendation) -> str:
-    doc = {
-        "schema": RECOMMEND_SCHEMA,
-        "profile": r.profile,
-        "reasons": list(r.reasons),
-        "facts": asdict(r.facts),
-    }
-    return json.dumps(doc, indent=2)
+    return _document(
+        RECOMMEND_SCHEMA, profile=r.profile, reasons=list(r.reasons), facts=asdict(r.facts)
+    )

@@ -18,6 +18,35 @@ _MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _MODPROBE_TIMEOUT_S = 30
 
 
+# sbin is not on every PATH (services run with a short one; sudo -E, cron), and modprobe,
+# update-grub and grubby live there.
+_SBIN_PATH = ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
+
+
+def _run(argv: tuple[str, ...], timeout_s: float) -> CommandResult:
+    """Run `argv` on this machine: its program looked up on PATH plus the sbin directories, no
+    shell, stdin closed, output captured. Never raises: a missing program is `found` False, a
+    program that could not be started or ran past `timeout_s` has no returncode and a reason."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which(argv[0], path=os.environ.get("PATH", "") + _SBIN_PATH)
+    if exe is None:
+        return CommandResult(argv, False, None, "", "", f"{argv[0]} not found on PATH")
+    try:
+        proc = subprocess.run(
+            [exe, *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return CommandResult(argv, True, None, "", "", f"{argv[0]}: {err}")
+    return CommandResult(argv, True, proc.returncode, proc.stdout, proc.stderr)
+
+
 class HostCommands(HostRecord):
     """Commands on the live host, answers replayed on a recorded root."""
 
@@ -29,9 +58,6 @@ class HostCommands(HostRecord):
         Programs are looked up on PATH plus the sbin directories (services run with a short
         PATH); no shell is involved.
         """
-        import shutil
-        import subprocess
-
         key = " ".join(argv)
         if not self.is_live:
             recorded = self._recorded_commands().get(key)
@@ -49,23 +75,7 @@ class HostCommands(HostRecord):
                 # A snapshot of a snapshot keeps the answers it replayed.
                 self._recording.commands[key] = replayed.to_json()
             return replayed
-        path = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
-        exe = shutil.which(argv[0], path=path)
-        if exe is None:
-            result = CommandResult(argv, False, None, "", "", f"{argv[0]} not found on PATH")
-        else:
-            try:
-                proc = subprocess.run(
-                    [exe, *argv[1:]],
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout_s,
-                    check=False,
-                    stdin=subprocess.DEVNULL,
-                )
-                result = CommandResult(argv, True, proc.returncode, proc.stdout, proc.stderr)
-            except (OSError, subprocess.TimeoutExpired) as err:
-                result = CommandResult(argv, True, None, "", "", f"{argv[0]}: {err}")
+        result = _run(argv, timeout_s)
         if self._recording is not None:
             self._recording.commands[key] = result.to_json()
         return result
@@ -75,64 +85,41 @@ class HostCommands(HostRecord):
         the live host: no shell, looked up like `command`, counted as a write (the crash-test
         hook stops after it). A recorded root has no machine to change: NotSupported, nothing
         run. Raises CommandFailed when the program is missing, times out or exits non-zero."""
-        import shutil
-        import subprocess
-
         what = f"command:{argv[0] if argv else ''}"
         if not argv:
             raise CommandFailed(what, errno_mod.EINVAL, "no command")
         if not self.is_live:
             raise NotSupported(what, None, f"`{' '.join(argv)}` needs the live host (--root /)")
-        path = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
-        exe = shutil.which(argv[0], path=path)
-        if exe is None:
-            raise CommandFailed(what, errno_mod.ENOENT, f"{argv[0]} not found on PATH")
-        try:
-            proc = subprocess.run(
-                [exe, *argv[1:]],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
+        result = _run(argv, timeout_s)
+        if not result.found:
+            raise CommandFailed(what, errno_mod.ENOENT, result.reason or "not found")
+        if result.returncode is None:
+            raise CommandFailed(what, None, result.reason or "did not run")
+        if result.returncode != 0:
+            detail = (result.stderr.strip() or result.stdout.strip())[-400:]
+            raise CommandFailed(
+                what, None, f"{' '.join(argv)} exited {result.returncode}: {detail}"
             )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise CommandFailed(what, None, f"{argv[0]}: {err}") from err
-        if proc.returncode != 0:
-            detail = (proc.stderr.strip() or proc.stdout.strip())[-400:]
-            raise CommandFailed(what, None, f"{' '.join(argv)} exited {proc.returncode}: {detail}")
         _count_write()
-        return CommandResult(argv, True, proc.returncode, proc.stdout, proc.stderr)
+        return result
 
     def load_module(self, name: str) -> None:
         """`modprobe -q -- NAME` on the live machine (needs CAP_SYS_MODULE).
 
         A recorded root has no kernel to load into: raises NotSupported there rather than
         touching this machine. Raises CommandFailed when modprobe fails or is missing."""
-        import shutil
-        import subprocess
-
         if not _MODULE_NAME.match(name):
             raise CommandFailed(f"module:{name}", errno_mod.EINVAL, "not a module name")
         if not self.is_live:
             raise NotSupported(
                 f"module:{name}", None, "loading a kernel module needs the live host (--root /)"
             )
-        # sbin is not on every PATH (sudo -E, cron), and modprobe lives there.
-        modprobe = shutil.which("modprobe", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-        if modprobe is None:
+        result = _run(("modprobe", "-q", "--", name), _MODPROBE_TIMEOUT_S)
+        if not result.found:
             raise CommandFailed(f"module:{name}", errno_mod.ENOENT, "modprobe not found")
-        try:
-            proc = subprocess.run(
-                [modprobe, "-q", "--", name],
-                capture_output=True,
-                text=True,
-                timeout=_MODPROBE_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise CommandFailed(f"module:{name}", None, f"modprobe: {err}") from err
-        if proc.returncode != 0:
-            detail = proc.stderr.strip() or f"modprobe exited {proc.returncode}"
+        if result.returncode is None:
+            raise CommandFailed(f"module:{name}", None, result.reason or "modprobe did not run")
+        if result.returncode != 0:
+            detail = result.stderr.strip() or f"modprobe exited {result.returncode}"
             raise CommandFailed(f"module:{name}", None, detail)
         _count_write()

@@ -120,10 +120,18 @@ class HostReads(HostRoot):
         Raises TooLarge past the limit (having read limit + 1 bytes, no more), NotRegularFile for
         a FIFO, socket, device or directory, and the other HostError subclasses on failure."""
         cap = read_limit(logical) if limit is None else limit
-        fd, fs = self._open_regular(logical)
+        return self._read_open(logical, *self._open_regular(logical), cap)
+
+    def _read_open(
+        self, logical: str, fd: int, fs: str, limit: int, check: Callable[[], None] | None = None
+    ) -> bytes:
+        """Read an opened regular file (at most `limit` bytes, after `check`, which raises to
+        refuse it), close it whatever happens, and keep what was read in a recording."""
         io = self._io
         try:
-            data = _read_capped(io.read, fd, cap, logical)
+            if check is not None:
+                check()
+            data = _read_capped(io.read, fd, limit, logical)
         finally:
             io.close(fd)
         if self._recording is not None:
@@ -179,18 +187,15 @@ class HostReads(HostRoot):
         PathNotFound, AccessDenied, SymlinkLoop and the other HostError subclasses."""
         fd, fs = self._open_regular(logical, follow_last=False)
         io = self._io
-        try:
+
+        def trusted() -> None:
             problem = _mode_problem(io.fstat(fd), "file", fs) or io.untrusted_dirs(
                 os.path.dirname(fs) or "/"
             )
             if problem is not None:
                 raise Untrusted(logical, None, f"refusing to trust it: {problem}")
-            data = _read_capped(io.read, fd, limit, logical)
-        finally:
-            io.close(fd)
-        if self._recording is not None:
-            self._recording.files[fs[len(self._prefix) :]] = data
-        return data
+
+        return self._read_open(logical, fd, fs, limit, trusted)
 
     def check_trusted_dir(self, logical: str) -> None:
         """Raise Untrusted unless directory `logical` and every directory above it up to `/` is

@@ -1,7 +1,8 @@
 """One call from a Host to a manifest: discover once, plan, verify tuning, audit, assemble.
 
-The CLI's `manifest publish|show` and the agent both call `make_manifest`; everything it reads
-goes through the Host it is given.
+The CLI's `manifest publish|show` call `make_manifest`, the agent `build_all` (which keeps the
+discovery, placement and audit the manifest was made from, for its exporters); everything they
+read goes through the Host they are given.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from mcpnode.audit.container.toolkit import toolkit_version
 from mcpnode.audit.expectation import Expectation
 from mcpnode.audit.model import AuditReport
-from mcpnode.audit.run import AREAS, audit_context, run_areas
+from mcpnode.audit.run import audit_context, audit_report
 from mcpnode.audit.xid import XidEvent
 from mcpnode.errors import HostError, McpnodeError
 from mcpnode.host import Host
@@ -27,6 +28,9 @@ from mcpnode.topology.model import Topology
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.verify import VerifyReport, verify
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; mypy reads both
 
 MACHINE_ID_PATH = "/etc/machine-id"
 
@@ -46,15 +50,17 @@ class Built:
     audit: AuditReport
 
 
-def make_manifest(
-    host: Host,
-    *,
-    now: datetime | None = None,
-    housekeeping: str = HOUSEKEEPING_DEFAULT,
-    profiles_dir: Path | None = None,
-    topology: Topology | None = None,
-    probe: ProbeSection | None = None,
-) -> dict[str, Any]:
+class ManifestOptions(TypedDict, total=False):
+    """What a caller may ask of a manifest (build_all's keywords, which say what each is)."""
+
+    now: datetime | None
+    housekeeping: str
+    profiles_dir: Path | None
+    topology: Topology | None
+    probe: ProbeSection | None
+
+
+def make_manifest(host: Host, **options: Unpack[ManifestOptions]) -> dict[str, Any]:
     """The manifest of the machine behind `host`.
 
     `topology` reuses a discovery already made through `host` (the agent keeps one between
@@ -62,14 +68,7 @@ def make_manifest(
     bad `housekeeping`; a profile that cannot be loaded is recorded in the tuning section, and
     a failing audit area in the audit's problems, never raised. `probe` reads the last probe
     run kept under `host` into the manifest's `probe` section."""
-    return build_all(
-        host,
-        now=now,
-        housekeeping=housekeeping,
-        profiles_dir=profiles_dir,
-        topology=topology,
-        probe=probe,
-    ).manifest
+    return build_all(host, **options).manifest
 
 
 def build_all(
@@ -105,9 +104,9 @@ def build_all(
             None if profiles_dir is None else str(profiles_dir),
             housekeeping=placement.housekeeping,
             observed_xids=observed_xids,
-            expect=expect,
-            expect_source=expect_source,
         ),
+        expect=expect,
+        expect_source=expect_source,
         partition=partition,
         keepalive=keepalive,
     )
@@ -123,15 +122,7 @@ def build_all(
         except McpnodeError as err:
             tuning = f"{type(err).__name__}: {err}"
     when = now or datetime.now(timezone.utc)
-    findings, problems = run_areas(host, ctx, AREAS)
-    audit = AuditReport(
-        findings=tuple(findings),
-        host=topo.identity.hostname,
-        kernel=topo.identity.kernel_release,
-        generated_at=when.isoformat(timespec="seconds"),
-        problems=tuple(problems),
-        profile=profile,
-    )
+    audit = audit_report(host, ctx, when)
     manifest = build_manifest(
         topo,
         placement,
@@ -140,7 +131,7 @@ def build_all(
         when,
         machine_id=read_machine_id(host),
         driver=ctx.driver_version,
-        container_toolkit=toolkit_version(findings),
+        container_toolkit=toolkit_version(audit.findings),
         housekeeping=housekeeping,
         tuning_source=ctx.active.source if ctx.active is not None else None,
         probe=probe(host, topo, placement) if probe is not None else None,

@@ -191,7 +191,8 @@ def _nic(n: Nic) -> dict[str, Any]:
     }
 
 
-def _nic_choice(c: NicChoice) -> dict[str, Any]:
+def nic_choice_json(c: NicChoice) -> dict[str, Any]:
+    """A NIC placement chose for a GPU, as the manifest and the Ansible facts both show it."""
     return {
         "address": str(c.address),
         "rdma": c.rdma,
@@ -202,6 +203,19 @@ def _nic_choice(c: NicChoice) -> dict[str, Any]:
     }
 
 
+def placement_json(p: GpuPlacement) -> dict[str, Any]:
+    """Where a GPU's work goes (CPUs, memory nodes, NICs, NVLink peers, environment), as the
+    manifest and the Ansible facts both show it."""
+    return {
+        "local_cpus": p.local_cpus.cpulist(),
+        "slice_cpus": p.slice_cpus.cpulist(),
+        "memory_nodes": p.memory_nodes.cpulist(),
+        "nics": [nic_choice_json(c) for c in p.nics],
+        "nvlink_peers": list(p.nvlink_peers),
+        "env": dict(p.env),
+    }
+
+
 def _placement(p: GpuPlacement) -> dict[str, Any]:
     out: dict[str, Any] = {
         "index": p.index,
@@ -209,12 +223,7 @@ def _placement(p: GpuPlacement) -> dict[str, Any]:
         "address": str(p.address),
         "numa_node": p.numa_node,
         "numa_source": p.numa_source,
-        "local_cpus": p.local_cpus.cpulist(),
-        "slice_cpus": p.slice_cpus.cpulist(),
-        "memory_nodes": p.memory_nodes.cpulist(),
-        "nics": [_nic_choice(c) for c in p.nics],
-        "nvlink_peers": list(p.nvlink_peers),
-        "env": dict(p.env),
+        **placement_json(p),
     }
     if p.mig:  # only in MIG mode: manifests of other GPUs stay as they were
         out["mig_devices"] = [

@@ -199,15 +199,21 @@ def _address(obj: Mapping[str, Any], key: str, where: str) -> Any:
         raise ManifestError(f"manifest: {where}.{key}: {err}") from err
 
 
-def _gpu(raw: object, i: int) -> GpuPlacement:
-    where = f"placement.gpus[{i}]"
-    if not isinstance(raw, dict):
-        raise ManifestError(f"manifest: {where} is not an object")
+def _env(raw: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """The `env` object of a GPU or MIG entry: names to values, all strings."""
     env = raw.get("env")
     if not isinstance(env, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     ):
         raise ManifestError(f"manifest: {where}.env is not an object of strings")
+    return tuple(env.items())
+
+
+def _gpu(raw: object, i: int) -> GpuPlacement:
+    where = f"placement.gpus[{i}]"
+    if not isinstance(raw, dict):
+        raise ManifestError(f"manifest: {where} is not an object")
+    env = _env(raw, where)
     nics = raw.get("nics")
     if not isinstance(nics, list):
         raise ManifestError(f"manifest: {where}.nics is not a list")
@@ -232,7 +238,7 @@ def _gpu(raw: object, i: int) -> GpuPlacement:
         memory_nodes=_cpus(raw, "memory_nodes", where),
         nics=tuple(_nic(n, f"{where}.nics[{j}]") for j, n in enumerate(nics)),
         nvlink_peers=tuple(peers),
-        env=tuple(env.items()),
+        env=env,
         mig=tuple(_mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
     )
 
@@ -240,11 +246,7 @@ def _gpu(raw: object, i: int) -> GpuPlacement:
 def _mig(raw: object, where: str) -> MigPlacement:
     if not isinstance(raw, dict):
         raise ManifestError(f"manifest: {where} is not an object")
-    env = raw.get("env")
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise ManifestError(f"manifest: {where}.env is not an object of strings")
+    env = _env(raw, where)
     uuid = _str(raw, "uuid", where)
     assert uuid is not None
     return MigPlacement(
@@ -253,7 +255,7 @@ def _mig(raw: object, where: str) -> MigPlacement:
         compute_instance_id=_opt_int(raw, "compute_instance_id", where),
         memory_mib=_opt_int(raw, "memory_mib", where),
         profile=_str(raw, "profile", where, optional=True),
-        env=tuple(env.items()),
+        env=env,
     )
 
 

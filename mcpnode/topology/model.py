@@ -162,20 +162,17 @@ class PciLink:
     @property
     def width_downtrained(self) -> bool:
         """Trained narrower than it can: a real fault (reseat / riser / slot), unlike speed."""
-        return (
-            self.current_width is not None
-            and self.max_width is not None
-            and 0 < self.current_width < self.max_width
-        )
+        return _below(self.current_width, self.max_width)
 
     @property
     def speed_downtrained(self) -> bool:
         """Below max speed. Normal at idle for GPUs (ASPM / power saving downclocks the link)."""
-        return (
-            self.current_speed_gts is not None
-            and self.max_speed_gts is not None
-            and 0 < self.current_speed_gts < self.max_speed_gts
-        )
+        return _below(self.current_speed_gts, self.max_speed_gts)
+
+
+def _below(current: float | None, most: float | None) -> bool:
+    """A link trained (above 0: up) below what it can do; False where either is unknown."""
+    return current is not None and most is not None and 0 < current < most
 
 
 @record(frozen=True)

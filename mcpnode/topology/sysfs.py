@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mcpnode.codec.cpus import MAX_CPU
@@ -824,13 +824,22 @@ def _target_name(
 ) -> str | None:
     """The last component of symlink `path/name`'s target (`driver` -> `mlx5_core`), as
     Host.link_name() gives it; None when there is no such symlink."""
-    target = links.get(name)
+    target = _answer(path, name, links, problems)
     if target is None:
         return None
-    if not isinstance(target, str):
-        problems.add("read.error", f"{path}/{name}", _why(target))
-        return None
     return target.rstrip("/").rsplit("/", 1)[-1] or None
+
+
+def _answer(
+    directory: str, name: str, answers: Mapping[str, str | HostError | None], problems: Problems
+) -> str | None:
+    """`name`'s entry of what was read in `directory`: None when absent, and when its read
+    failed, which is noted in `problems`."""
+    got = answers.get(name)
+    if got is None or isinstance(got, str):
+        return got
+    problems.add("read.error", f"{directory}/{name}", _why(got))
+    return None
 
 
 def _list(host: HostReader, path: str, problems: Problems) -> list[str]:
@@ -846,11 +855,8 @@ def _text(
 ) -> str | None:
     """An attribute's text, stripped (read_parsed with _strip): unique per file (a MAC address),
     so not worth remembering."""
-    text = attrs.get(name)
+    text = _answer(directory, name, attrs, problems)
     if text is None:
-        return None
-    if not isinstance(text, str):
-        problems.add("read.error", f"{directory}/{name}", _why(text))
         return None
     return text.split("\x00", 1)[0].strip() or None
 

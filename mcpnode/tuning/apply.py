@@ -127,7 +127,7 @@ def _write(
     """One value write through the key's subsystem (tuning/plugins/), logged. Returns the
     outcome; never raises HostError.
 
-    A whole-file key's value (paths.FILE_KEYS) is what its subsystem makes of the file
+    A whole-file key's value (its subsystem's `file_keys`) is what its subsystem makes of the file
     (`file_text`: irqbalance's banned cpulist set in its environment file), or with
     `whole_file` (restores, undo) the file's original text; the outcome's `old` is then the
     whole file as it was, so an undo puts it back byte for byte.
@@ -136,7 +136,7 @@ def _write(
     got: str | None = None
     try:
         subsystem = plugins.subsystem_of(item_key)
-        if item_key in paths.FILE_KEYS:
+        if item_key in subsystem.file_keys:
             old = _write_file_key(host, subsystem, item_key, path, new, whole_file, meta)
         else:
             before = subsystem.write(host, item_key, path, new, whole_file)
@@ -166,7 +166,7 @@ def _write_file_key(
     whole_file: bool,
     meta: FileMeta | None = None,
 ) -> str:
-    """Write a whole-file key (paths.FILE_KEYS) atomically: the subsystem's `file_text` of
+    """Write a whole-file key (a subsystem's `file_keys`) atomically: the subsystem's `file_text` of
     `new` (irqbalance's banned CPUs set in its environment file; a drop-in's whole text), or
     with `whole_file` (restores, undo) `new` as the whole text, then the subsystem's
     `after_file_write` (grub-mkconfig). Returns the file's text before ("" when it did not
@@ -252,7 +252,7 @@ def _put(host: Host, path: str, text: str, meta: FileMeta) -> None:
 
 
 def _restore_entry(host: Host, entry: JournalEntry, event: str, log: Any) -> Outcome:
-    if entry.key in paths.RAW_KEYS:
+    if plugins.is_raw_key(entry.key):
         try:
             subsystem = plugins.subsystem_of(entry.key)
             text = subsystem.current_text(host, entry.key, entry.path)
@@ -367,13 +367,9 @@ def _restore_everything(
 
 
 # Every file this engine replaces with Host.write_file_atomic: its temporaries a SIGKILL left
-# behind are removed when a run starts, like the journal's (tuning/journal.py).
-ATOMIC_FILES = (
-    paths.PERSIST_PATH,
-    *paths.IRQBALANCE_FILES.values(),
-    paths.BOOT_PATHS["bootloader:grub"],
-    *paths.SYSTEMD_DROPINS.values(),
-)
+# behind are removed when a run starts, like the journal's (tuning/journal.py). The subsystems
+# name theirs (Subsystem.atomic_files); --persist's file is the engine's own.
+ATOMIC_FILES = (paths.PERSIST_PATH, *plugins.atomic_files())
 
 
 def _remove_stale_temps(host: Host, store: JournalStore, log: Any) -> None:
@@ -537,7 +533,7 @@ def _apply(
     found = {
         i.path: current_meta(host, i.path)
         for i in (*(r for r in restores if r.action == "set"), *current.writes)
-        if i.key in paths.FILE_KEYS
+        if plugins.is_file_key(i.key)
     }
     if persist:
         found[paths.PERSIST_PATH] = current_meta(host, paths.PERSIST_PATH)
@@ -564,7 +560,7 @@ def _apply(
     added = [
         JournalEntry(i.key, i.path, _original(i, state.readings.get(i.path)), found.get(i.path))
         for i in current.writes
-        if i.path not in known and (i.current is not None or i.key in paths.RAW_KEYS)
+        if i.path not in known and (i.current is not None or plugins.is_raw_key(i.key))
     ]
     persist_record = base.persist
     if persist and persist_record is None:
@@ -660,7 +656,7 @@ def _apply(
 def _original(item: PlanItem, reading: Reading | None) -> str:
     """What the journal keeps to restore `item`: the value as read, or for an irqbalance key
     the whole environment file."""
-    if item.key in paths.RAW_KEYS:
+    if plugins.is_raw_key(item.key):
         return reading if isinstance(reading, str) else ""
     assert item.current is not None
     return restorable(item.current)
@@ -691,7 +687,7 @@ def _fail(
     each whole file as it was before this run (absent, or its mode and owner)."""
     undone = []
     for o in reversed(done):
-        if o.key in paths.RAW_KEYS:  # the whole file (or grubby's args) as it was
+        if plugins.is_raw_key(o.key):  # the whole file (or grubby's args) as it was
             meta = found.get(o.path)
             undone.append(_write(host, o.key, o.path, o.new, o.old or "", "undo", log, True, meta))
             continue
@@ -710,5 +706,5 @@ def _fail(
             log.error("journal", journal=store.shown, result="failed", error=str(err))
     hint = None
     if failure.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
-        hint = denied_hint(failure.key, failure.errno)
+        hint = denied_hint(failure.key, failure.errno, plugins.requirement(failure.key))
     raise ApplyFailed(failure, tuple(undone), hint)

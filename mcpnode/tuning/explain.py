@@ -45,13 +45,11 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
     value through `host` and every profile; broken profiles are skipped here (`profiles list`
     shows their errors). Raises ProfileError when `key` is not a key at all."""
     subsystem = plugins.owner(key)
-    # An item key (`cpu:governor:policy0`) is explained by its setting (`cpu:governor`).
-    lookup = ":".join(key.split(":")[:2]) if subsystem is not None and ":" in key else key
-    path = plugins.path_of(key)
-    # A sysctl always has its file; a `section:option` setting key may have none of its own.
-    if path is None and (subsystem is None or ":" not in key):
+    explained = subsystem.explained(key) if subsystem is not None else None
+    if explained is None:
         problem = paths.sysctl_key_problem(key) or "not a sysctl or a vm:/cpu: key"
         raise ProfileError("(command line)", key, problem)
+    lookup, path = explained
     current: str | None = None
     current_note: str | None = None
     if path is not None:
@@ -79,7 +77,7 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
         SetBy(file, rule, comment, tuple(names)) for (file, rule), (comment, names) in found.items()
     ]
     facts = FACTS.get(key) or (subsystem.facts(lookup) if subsystem is not None else None)
-    req = privilege.requirement(key)
+    req = plugins.requirement(key)
     need = "root (euid 0)" if req.root else ""
     if req.cap_instead_of_root is not None:
         need += f" or {privilege.CAP_NAMES[req.cap_instead_of_root]}"

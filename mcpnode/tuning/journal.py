@@ -141,10 +141,7 @@ class Journal:
         return replace(self, state=state)
 
     def entry(self, path: str) -> JournalEntry | None:
-        for e in self.entries:
-            if e.path == path:
-                return e
-        return None
+        return next((e for e in self.entries if e.path == path), None)
 
     @property
     def empty(self) -> bool:
@@ -253,7 +250,7 @@ def from_json(text: str, where: str) -> Journal:
         key, path, original = raw["key"], raw["path"], raw["original"]
         meta = None
         if "file" in raw:
-            if key not in paths.FILE_KEYS:
+            if not isinstance(key, str) or not plugins.is_file_key(key):
                 raise JournalError(where, f"entry {i}: {str(key)[:80]!r} is not a file key")
             try:
                 meta = _file_meta(raw["file"])
@@ -263,7 +260,7 @@ def from_json(text: str, where: str) -> Journal:
                 raise JournalError(where, f"entry {i}: an absent file has no original text")
         if not isinstance(key, str) or not isinstance(path, str) or plugins.path_of(key) != path:
             raise JournalError(where, f"entry {i}: {str(path)[:80]!r} is not the file of {key!r}")
-        limit = MAX_ORIGINAL_BYTES if key in paths.FILE_KEYS else 4096
+        limit = MAX_ORIGINAL_BYTES if plugins.is_file_key(key) else 4096
         problem = _original_problem(original, limit)
         if problem:
             raise JournalError(where, f"entry {i}: original {problem}")

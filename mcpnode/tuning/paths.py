@@ -1,4 +1,5 @@
-"""Every logical path the tuning engine reads or writes, and the key -> path mapping.
+"""Every logical path the tuning engine reads or writes, and the key formats. Which file a key
+writes is its subsystem's to say (Subsystem.path_of, tuning/plugins/).
 
 Keys are what profiles and plans name:
 - sysctls by their dotted name, `net.core.somaxconn` -> `/proc/sys/net/core/somaxconn`;
@@ -70,14 +71,8 @@ BOOT_PATHS = {
     "bootloader:grubby": "/boot/loader/entries",
     "bootloader:kernelstub": "/etc/kernelstub/configuration",
 }
+GRUB_KEY = "bootloader:grub"
 GRUBBY_KEY = "bootloader:grubby"
-
-# Keys whose journal original is a whole file (restored byte for byte; "" for a drop-in that
-# did not exist, which rollback removes).
-FILE_KEYS = frozenset({*IRQBALANCE_FILES, *SYSTEMD_DROPINS, "bootloader:grub"})
-# Keys whose journal original is kept exactly as read (no field normalisation): the files, and
-# grubby's argument string.
-RAW_KEYS = FILE_KEYS | {GRUBBY_KEY}
 
 TCP_CC = "net.ipv4.tcp_congestion_control"
 # Preference lists are resolved against what the kernel lists as available for that key.
@@ -155,6 +150,14 @@ def rps_key(dev: str, queue: int) -> str | None:
     return key if _RPS.match(key) and dev not in (".", "..") else None
 
 
+def rps_queue(key: str) -> tuple[str, int] | None:
+    """(DEV, N) of an `rps:DEV:N` key with an acceptable interface name, None for any other."""
+    m = _RPS.match(key)
+    if m is None or m.group(1) in (".", ".."):
+        return None
+    return m.group(1), int(m.group(2))
+
+
 def irq_number(key: str) -> int | None:
     """N of an `irq:N` key, None for any other key."""
     m = _IRQ.match(key)
@@ -166,29 +169,3 @@ _POLICY = re.compile(r"policy[0-9]{1,5}\Z", re.ASCII)
 
 def is_policy(name: str) -> bool:
     return bool(_POLICY.match(name))
-
-
-def path_of(key: str) -> str | None:
-    """The one file a key writes, or None for keys that write no file (modules) or that are not
-    keys at all. The journal checks every entry against this, so a tampered journal cannot aim
-    a restore anywhere else."""
-    if key == THP_KEY:
-        return THP_ENABLED
-    m = _IRQ.match(key)
-    if m is not None:
-        return irq_affinity_path(int(m.group(1)))
-    m = _RPS.match(key)
-    if m is not None and m.group(1) not in (".", ".."):
-        return rps_path(m.group(1), int(m.group(2)))
-    if key in IRQBALANCE_FILES:
-        return IRQBALANCE_FILES[key]
-    if key in SYSTEMD_DROPINS:
-        return SYSTEMD_DROPINS[key]
-    if key in ("bootloader:grub", GRUBBY_KEY):
-        return BOOT_PATHS[key]
-    if key.startswith(GOVERNOR_KEY + ":"):
-        policy = key[len(GOVERNOR_KEY) + 1 :]
-        return governor_path(policy) if is_policy(policy) else None
-    if ":" in key:
-        return None
-    return sysctl_path(key) if sysctl_key_problem(key) is None else None

@@ -60,13 +60,12 @@ class Requirement:
 
 
 def requirement(key: str) -> Requirement:
-    """What writing `key` (a sysctl name, `vm:...`/`cpu:...` sysfs key, or `module:NAME`) needs."""
+    """What writing `key` (a sysctl name, `vm:...`/`cpu:...` sysfs key, or `module:NAME`) needs,
+    by the key's shape: Subsystem.requirement's default, which a subsystem may refine."""
     if key.startswith("module:"):
         return Requirement(False, None, CAP_SYS_MODULE, "loading a kernel module")
     if key.startswith("persist:"):
         return Requirement(True, CAP_DAC_OVERRIDE, None, "/etc/sysctl.d is root-owned")
-    if key.startswith("nic:"):  # ethtool -G/-L: dev_ethtool() checks ns_capable(CAP_NET_ADMIN)
-        return Requirement(True, CAP_NET_ADMIN, None, "ethtool -G/-L need CAP_NET_ADMIN")
     if ":" in key:
         return Requirement(True, CAP_DAC_OVERRIDE, None, "sysfs files are root-owned, mode 0644")
     if key in _SYS_ADMIN_KEYS or key.startswith("net.core.bpf_jit"):
@@ -83,10 +82,11 @@ def requirement(key: str) -> Requirement:
     )
 
 
-def missing(key: str, privileges: Privileges) -> str | None:
+def missing(key: str, privileges: Privileges, req: Requirement | None = None) -> str | None:
     """Why this process cannot write `key`, naming the capability or uid it lacks; None when it
-    can (or when its privileges are unknown)."""
-    req = requirement(key)
+    can (or when its privileges are unknown). `req`: what the key's subsystem says writing it
+    needs (Subsystem.requirement), else the rule by the key's shape."""
+    req = req if req is not None else requirement(key)
     if req.cap is not None and privileges.has(req.cap) is False:
         name = CAP_NAMES[req.cap]
         return f"needs {name} ({req.why}); this process's CapEff lacks it"
@@ -100,11 +100,11 @@ def missing(key: str, privileges: Privileges) -> str | None:
     return None
 
 
-def denied_hint(key: str, errno_value: int | None) -> str:
-    """The sentence added to an EACCES/EPERM/EROFS write failure."""
+def denied_hint(key: str, errno_value: int | None, req: Requirement | None = None) -> str:
+    """The sentence added to an EACCES/EPERM/EROFS write failure; `req` as for `missing`."""
     if errno_value == errno_mod.EROFS:
         return "proc/sys is mounted read-only here (a container?): tune from the host"
-    req = requirement(key)
+    req = req if req is not None else requirement(key)
     if key == paths.TCP_CC and errno_value == errno_mod.EPERM:
         return (
             "outside the initial network namespace only algorithms listed in "

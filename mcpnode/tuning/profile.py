@@ -91,10 +91,7 @@ class Profile:
     modules: tuple[str, ...]
 
     def setting(self, key: str) -> Setting | None:
-        for s in self.settings:
-            if s.key == key:
-                return s
-        return None
+        return next((s for s in self.settings if s.key == key), None)
 
     @property
     def content_hash(self) -> str:

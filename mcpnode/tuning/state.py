@@ -47,7 +47,7 @@ def refuse_directory_keys(host: Host, profile: Profile) -> None:
     one of the files in it. apply refuses it in one line rather than planning it as "skipped"
     and exiting 0; verify and the audit report it as unreadable (unknown), as any other."""
     for setting in profile.settings:
-        path = paths.path_of(setting.key)
+        path = plugins.path_of(setting.key)
         if path is not None and paths.is_sysctl_path(path) and host.is_dir(path):
             raise ProfileError(
                 setting.source,

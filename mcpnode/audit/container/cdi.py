@@ -112,7 +112,7 @@ def _spec(parsed: Parsed[CdiSpec], ctx: AuditContext) -> Finding:
                 f"{path} not checked: {parsed.error}",
                 ev,
                 "Check it with `nvidia-ctk cdi list`; mcpnode refuses YAML nested deeper or "
-                "with more aliases than any generated spec has (mcpnode/audit/yaml_bounded.py)",
+                "with more aliases than any generated spec has (mcpnode/codec/yaml_bounded.py)",
                 path,
             )
         return Finding(

@@ -9,7 +9,8 @@ there: the engine refuses to start or to run containers either way."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from mcpnode.audit.container.config import NVIDIA_RUNTIME
 from mcpnode.audit.container.facts import (
@@ -61,6 +62,44 @@ def _not_configured(fid: str, engine: str, ctx: AuditContext, tools: Tools) -> l
     return []
 
 
+def _no_configuration(fid: str, tools: Tools, summary: str, ev: Evidence) -> list[Finding]:
+    """An engine without a configuration file: absent or on its defaults. Worth a SKIP line
+    only where the toolkit is installed (it would configure the engine)."""
+    if not tools.installed:
+        return []
+    return [Finding(fid, Status.SKIP, summary, (ev,))]
+
+
+def _no_nvidia_runtime(
+    fid: str,
+    engine: str,
+    ctx: AuditContext,
+    tools: Tools,
+    ev: list[Evidence],
+    default: str | None,
+    *,
+    undefined_default: str,
+    unusable: str,
+    configure: str,
+    explained: bool,
+) -> list[Finding]:
+    """An engine whose loaded configuration defines no nvidia runtime: a FAIL when "nvidia" is
+    its default all the same (`undefined_default`); nothing more when `explained` (a broken
+    file already says why, or nothing is loaded); `_not_configured` without the toolkit or a
+    GPU; else a WARN (`unusable`) with the `configure` command as the remedy."""
+    if default == NVIDIA_RUNTIME:
+        return [
+            Finding(
+                fid, Status.FAIL, undefined_default, tuple(ev), f"Define the runtime: {configure}"
+            )
+        ]
+    if explained:
+        return []
+    if not tools.installed or not ctx.has_gpus:
+        return _not_configured(fid, engine, ctx, tools)
+    return [Finding(fid, Status.WARN, unusable, tuple(ev), configure)]
+
+
 def _parse_failure(fid: str, parsed: Parsed[T], loaded: bool, remedy: str) -> Finding:
     ignored = "" if loaded else " (nothing loads it, so the engine ignores it for now)"
     return Finding(
@@ -79,6 +118,36 @@ def _unreadable(fid: str, read: FileRead, ctx: AuditContext, what: str) -> Findi
     return None
 
 
+class _EngineFile(Protocol):
+    """A configuration file of an engine (ContainerdFile, CrioFile)."""
+
+    @property
+    def parsed(self) -> Parsed[Any]: ...
+    @property
+    def loaded(self) -> bool: ...
+
+
+def _broken_files(
+    fid: str,
+    files: Sequence[_EngineFile],
+    ctx: AuditContext,
+    what: str,
+    fix: Callable[[str], str],
+) -> tuple[list[Finding], bool]:
+    """A finding for each of an engine's configuration files that cannot be read or does not
+    parse (`fix` of its path: the remedy), and whether one the engine loads is among them."""
+    out: list[Finding] = []
+    broken_loaded = False
+    for f in files:
+        bad = _unreadable(fid, f.parsed.read, ctx, what)
+        if bad is None and f.parsed.error is not None:
+            bad = _parse_failure(fid, f.parsed, f.loaded, fix(f.parsed.path))
+        if bad is not None:
+            out.append(bad)
+            broken_loaded = broken_loaded or f.loaded
+    return out, broken_loaded
+
+
 # -- docker ----------------------------------------------------------------------------------
 
 
@@ -87,17 +156,13 @@ def _docker(facts: ContainerFacts, ctx: AuditContext, tools: Tools) -> list[Find
     parsed = facts.docker
     read = parsed.read
     if read.missing:
-        if not tools.installed:
-            return []
-        return [
-            Finding(
-                fid,
-                Status.SKIP,
-                f"no {read.path}: docker is absent or runs on defaults (`docker run --gpus` "
-                "needs no runtime entry, `--runtime=nvidia` does)",
-                (file_evidence(read),),
-            )
-        ]
+        return _no_configuration(
+            fid,
+            tools,
+            f"no {read.path}: docker is absent or runs on defaults (`docker run --gpus` "
+            "needs no runtime entry, `--runtime=nvidia` does)",
+            file_evidence(read),
+        )
     bad = _unreadable(fid, read, ctx, "docker runtime configuration")
     if bad is not None:
         return [bad]
@@ -173,31 +238,22 @@ def _containerd(facts: ContainerFacts, ctx: AuditContext, tools: Tools) -> list[
     fid = "container.runtime.containerd"
     files = facts.containerd
     if not files:
-        if not tools.installed:
-            return []
-        return [
-            Finding(
-                fid,
-                Status.SKIP,
-                f"no {CONTAINERD_CONFIG} and no drop-ins: containerd absent or on defaults",
-                (Evidence(CONTAINERD_CONFIG, "absent"),),
-            )
-        ]
-    out: list[Finding] = []
-    broken_loaded = False
-    for f in files:
-        bad = _unreadable(fid, f.parsed.read, ctx, "containerd configuration")
-        if bad is None and f.parsed.error is not None:
-            bad = _parse_failure(
-                fid,
-                f.parsed,
-                f.loaded,
-                f"Fix the TOML in {f.parsed.path}, then `systemctl restart containerd` "
-                "(`containerd config dump` shows the merged result)",
-            )
-        if bad is not None:
-            out.append(bad)
-            broken_loaded = broken_loaded or f.loaded
+        return _no_configuration(
+            fid,
+            tools,
+            f"no {CONTAINERD_CONFIG} and no drop-ins: containerd absent or on defaults",
+            Evidence(CONTAINERD_CONFIG, "absent"),
+        )
+    out, broken_loaded = _broken_files(
+        fid,
+        files,
+        ctx,
+        "containerd configuration",
+        lambda path: (
+            f"Fix the TOML in {path}, then `systemctl restart containerd` "
+            "(`containerd config dump` shows the merged result)"
+        ),
+    )
     loaded = [f for f in files if f.loaded and f.parsed.value is not None]
     ev = [Evidence("containerd loads", " -> ".join(f.parsed.path for f in loaded) or "nothing")]
     ev.extend(Evidence(f"import {imp}", why) for imp, why in facts.containerd_unresolved)
@@ -237,32 +293,19 @@ def _containerd(facts: ContainerFacts, ctx: AuditContext, tools: Tools) -> list[
             )
         )
         return out
-    if default == NVIDIA_RUNTIME:
-        out.append(
-            Finding(
-                fid,
-                Status.FAIL,
-                'default_runtime_name is "nvidia" but no nvidia runtime is defined: containerd '
-                "cannot start any CRI container",
-                tuple(ev),
-                f"Define the runtime: {CONTAINERD_CONFIGURE}",
-            )
-        )
-        return out
-    if broken_loaded:
-        return out  # the parse FAIL already says why nothing could be found
-    if not tools.installed or not ctx.has_gpus:
-        return out + _not_configured(fid, "containerd", ctx, tools)
-    out.append(
-        Finding(
-            fid,
-            Status.WARN,
-            "containerd has no nvidia runtime: CRI pods get no GPU through the toolkit",
-            tuple(ev),
-            CONTAINERD_CONFIGURE,
-        )
+    return out + _no_nvidia_runtime(
+        fid,
+        "containerd",
+        ctx,
+        tools,
+        ev,
+        default,
+        undefined_default='default_runtime_name is "nvidia" but no nvidia runtime is defined: '
+        "containerd cannot start any CRI container",
+        unusable="containerd has no nvidia runtime: CRI pods get no GPU through the toolkit",
+        configure=CONTAINERD_CONFIGURE,
+        explained=broken_loaded,  # the parse FAIL already says why nothing could be found
     )
-    return out
 
 
 def _containerd_runtime(
@@ -307,20 +350,13 @@ def _crio(facts: ContainerFacts, ctx: AuditContext, tools: Tools) -> list[Findin
     files = facts.crio
     if not files:
         return []  # CRI-O is the rarest engine here; its absence is not worth a line
-    out: list[Finding] = []
-    broken_loaded = False
-    for f in files:
-        bad = _unreadable(fid, f.parsed.read, ctx, "CRI-O configuration")
-        if bad is None and f.parsed.error is not None:
-            bad = _parse_failure(
-                fid,
-                f.parsed,
-                f.loaded,
-                f"Fix the TOML in {f.parsed.path}, then `systemctl restart crio`",
-            )
-        if bad is not None:
-            out.append(bad)
-            broken_loaded = broken_loaded or f.loaded
+    out, broken_loaded = _broken_files(
+        fid,
+        files,
+        ctx,
+        "CRI-O configuration",
+        lambda path: f"Fix the TOML in {path}, then `systemctl restart crio`",
+    )
     loaded = [f for f in files if f.loaded and f.parsed.value is not None]
     ev = [Evidence("CRI-O loads", " -> ".join(f.parsed.path for f in loaded) or "nothing")]
     nvidia = [f for f in loaded if f.parsed.value is not None and f.parsed.value.has_nvidia]
@@ -352,31 +388,19 @@ def _crio(facts: ContainerFacts, ctx: AuditContext, tools: Tools) -> list[Findin
             )
         )
         return out
-    if default == NVIDIA_RUNTIME:
-        out.append(
-            Finding(
-                fid,
-                Status.FAIL,
-                'default_runtime is "nvidia" but no crio.runtime.runtimes.nvidia is defined',
-                tuple(ev),
-                f"Define the runtime: {CRIO_CONFIGURE}",
-            )
-        )
-        return out
-    if broken_loaded or not loaded:
-        return out
-    if not tools.installed or not ctx.has_gpus:
-        return out + _not_configured(fid, "CRI-O", ctx, tools)
-    out.append(
-        Finding(
-            fid,
-            Status.WARN,
-            "CRI-O has no nvidia runtime: pods get no GPU through the toolkit",
-            tuple(ev),
-            CRIO_CONFIGURE,
-        )
+    return out + _no_nvidia_runtime(
+        fid,
+        "CRI-O",
+        ctx,
+        tools,
+        ev,
+        default,
+        undefined_default='default_runtime is "nvidia" but no crio.runtime.runtimes.nvidia is '
+        "defined",
+        unusable="CRI-O has no nvidia runtime: pods get no GPU through the toolkit",
+        configure=CRIO_CONFIGURE,
+        explained=broken_loaded or not loaded,
     )
-    return out
 
 
 def _crio_runtime(fid: str, f: CrioFile, default: str | None, ev: list[Evidence]) -> Finding:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 from mcpnode.placement.exporters.inputs import AuditSummary, gpu_link, gpu_name
-from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
+from mcpnode.placement.manifest import placement_json
+from mcpnode.placement.plan import GpuPlacement, Placement
 from mcpnode.topology.model import Gpu, Nic, Topology
 
 PATH = "/etc/ansible/facts.d/mcpnode.fact"
@@ -71,29 +72,7 @@ def _gpu(g: Gpu, p: GpuPlacement | None) -> Json:
             "width_max": link.width_max,
         },
         "nvlinks_active": n.active_links if n is not None else None,
-        "placement": None if p is None else _placement(p),
-    }
-
-
-def _placement(p: GpuPlacement) -> Json:
-    return {
-        "local_cpus": p.local_cpus.cpulist(),
-        "slice_cpus": p.slice_cpus.cpulist(),
-        "memory_nodes": p.memory_nodes.cpulist(),
-        "nics": [_choice(c) for c in p.nics],
-        "nvlink_peers": list(p.nvlink_peers),
-        "env": dict(p.env),
-    }
-
-
-def _choice(c: NicChoice) -> Json:
-    return {
-        "address": str(c.address),
-        "rdma": c.rdma,
-        "netdevs": list(c.netdevs),
-        "bucket": c.bucket,
-        "link_speed_gts": c.link_speed_gts,
-        "link_width": c.link_width,
+        "placement": None if p is None else placement_json(p),
     }
 
 

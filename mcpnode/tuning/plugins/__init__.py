@@ -30,18 +30,22 @@ readahead.py were added so):
    the section it takes; they join the section's other subsystems'), `owns()` true for its
    setting keys (`cpu:energy_perf_bias`) and item keys (`cpu:energy_perf_bias:cpu3`),
    `path_of()` naming the one file of each item key (the journal accepts no other path),
-   `key_facts` for `profiles explain`, `parse` (validate with base.err and friends), `read`
-   (into the draft's `readings` for one-file values, `found[...]` for anything else), `plan`
-   (base.value_item compares and decides for a one-file value; `unusable` answers an absent or
-   unreadable one). `write` defaults to writing the value with a newline, which sysfs values
-   need; `granted` says when the kernel took less than was written (a partial result).
+   `key_facts` (the kernel default and a note) for `profiles explain`, `parse` (validate
+   with base.err and friends), `read` (into the draft's `readings` for one-file values,
+   `found[...]` for anything else), `plan` (base.value_item compares and decides for a one-file
+   value; `unusable` answers an absent or unreadable one). `write` defaults to writing the
+   value with a newline, which sysfs values need; `granted` says when the kernel took less
+   than was written (a partial result).
 2. Add it to SUBSYSTEMS below, where its settings should come in the plan.
-3. Its item keys need their privilege in privilege.py when it is not a root-owned sysfs file.
+3. What writing its item keys needs is `requirement` (the default, root or CAP_DAC_OVERRIDE
+   for a `section:option` key, fits sysfs values); `file_keys`, `raw_keys`, `atomic_files` and
+   `explained` are for subsystems that write whole files or whose keys need explaining
+   (base.py lists them).
 """
 
 from __future__ import annotations
 
-from mcpnode.tuning import paths
+from mcpnode.tuning import privilege
 from mcpnode.tuning.plugins import (
     bootloader,
     cpupower,
@@ -85,19 +89,45 @@ def owner(key: str) -> Subsystem | None:
     return None
 
 
-def path_of(key: str) -> str | None:
-    """The one file `key` (a plan item's or a journal entry's) writes, as its subsystem says;
-    None for a key that names no file."""
-    subsystem = owner(key)
-    return subsystem.path_of(key) if subsystem is not None else paths.path_of(key)
-
-
 def subsystem_of(key: str) -> Subsystem:
     """owner(), for a key that has one. Raises KeyError for one that has none."""
     subsystem = owner(key)
     if subsystem is None:
         raise KeyError(key)
     return subsystem
+
+
+def path_of(key: str) -> str | None:
+    """The one file `key` writes, as its owner says; None for a key that writes no file
+    (modules, profile settings expanded into items) or that no subsystem owns. The journal
+    checks every entry against this, so a tampered journal cannot aim a restore elsewhere."""
+    subsystem = owner(key)
+    return subsystem.path_of(key) if subsystem is not None else None
+
+
+def is_file_key(key: str) -> bool:
+    """Whether `key`'s journal original is a whole file (restored byte for byte)."""
+    subsystem = owner(key)
+    return subsystem is not None and key in subsystem.file_keys
+
+
+def is_raw_key(key: str) -> bool:
+    """Whether `key`'s journal original is kept exactly as read: the whole files, and the
+    values a subsystem keeps unnormalised (grubby's argument string)."""
+    subsystem = owner(key)
+    return subsystem is not None and (key in subsystem.file_keys or key in subsystem.raw_keys)
+
+
+def atomic_files() -> tuple[str, ...]:
+    """Every file a subsystem replaces with Host.write_file_atomic, in registry order."""
+    return tuple(path for subsystem in SUBSYSTEMS for path in subsystem.atomic_files)
+
+
+def requirement(key: str) -> privilege.Requirement:
+    """What writing `key` needs: its owner's answer, else the rule by the key's shape
+    (`module:NAME`, `persist:...`)."""
+    subsystem = owner(key)
+    return subsystem.requirement(key) if subsystem is not None else privilege.requirement(key)
 
 
 def sections() -> tuple[str, ...]:

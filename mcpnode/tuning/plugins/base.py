@@ -2,6 +2,26 @@
 it owns, parse its section, read the host, plan, write. Verify is not a method: it re-plans
 with the same `plan`, so it cannot drift from apply.
 
+A subsystem also declares the facts about its keys that the rest of the engine needs (the
+journal, apply, explain ask the registry, plugins/__init__.py, which asks the key's owner), so
+adding a subsystem touches no other module:
+
+- `path_of(key)`: the one file an item key writes (the journal accepts an entry only at the
+  path its key's owner names here); None for a key that writes no file.
+- `file_keys`: keys whose journal original is a whole file, written atomically by apply with
+  `file_text` and restored byte for byte ("" for a drop-in that did not exist: removed).
+  `raw_keys`: further keys whose original is kept exactly as read (grubby's argument string).
+- `atomic_files`: the files it replaces with Host.write_file_atomic, whose temporaries a
+  killed run left behind are removed when the next run starts.
+- `requirement(key)`: what writing a key needs (privilege.py); the default is the rule by the
+  key's shape (a `section:option` key is a root-owned sysfs or /etc file). The engine asks
+  the registry (explain, a refused write's hint); a subsystem's `plan` passes it to
+  `value_item` (or to privilege.missing where it decides itself).
+- `explained(key)`: for `mcpnode profiles explain`, the profile setting a key is (or is an
+  item of) and the one file whose value is shown.
+
+Everything below the abstract methods has a default, so the interface grows additively.
+
 Also here: what the subsystems share to do so, the profile field checks (`err`,
 `text_problem`, `token_list`, `module_list`) and the plan's common answers (`unusable`,
 `same_cpus`).
@@ -77,6 +97,11 @@ class Subsystem(ABC):
     empty_file_removes: ClassVar[bool] = True
     # The kernel default and a note of each setting key, for `profiles explain`.
     key_facts: ClassVar[Mapping[str, KeyFacts]] = {}
+    # Keys whose journal original is a whole file; keys kept exactly as read besides those.
+    file_keys: ClassVar[frozenset[str]] = frozenset()
+    raw_keys: ClassVar[frozenset[str]] = frozenset()
+    # Files replaced with Host.write_file_atomic (their stale temporaries removed at start).
+    atomic_files: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def owns(self, key: str) -> bool:
@@ -95,8 +120,8 @@ class Subsystem(ABC):
         """Decide (pure) the items of `setting` on a host in `state`."""
 
     def path_of(self, key: str) -> str | None:
-        """The one file an item key of ours writes (the journal accepts no other), or None."""
-        return paths.path_of(key)
+        """The one file item `key` of ours writes; None for a key that writes no file."""
+        return None
 
     def facts(self, key: str) -> KeyFacts | None:
         """The kernel default and a note for `profiles explain` of a setting key of ours."""
@@ -106,6 +131,23 @@ class Subsystem(ABC):
         """After writing `new`: the value the kernel actually took when it took less (it may
         reserve fewer huge pages than asked), else None. Raises HostError."""
         return None
+
+    def requirement(self, key: str) -> privilege.Requirement:
+        """What writing `key` needs; by default the rule by the key's shape."""
+        return privilege.requirement(key)
+
+    def explained(self, key: str) -> tuple[str, str | None] | None:
+        """`key` as `mcpnode profiles explain` shows it: the profile setting it is (or is an
+        item of) and the one file whose current value is shown (None: no single file); None
+        when it cannot be explained (a key without `:` that writes no file)."""
+        path = self.path_of(key)
+        # An item key (`cpu:epp:cpu3`) is explained by its setting (`cpu:epp`), with its own
+        # file; a setting for every CPU has no file of its own, and is explained when its
+        # subsystem knows its facts.
+        setting = ":".join(key.split(":")[:2]) if ":" in key else key
+        if path is None and self.facts(setting) is None:
+            return None
+        return setting, path
 
     def modules_for(
         self, setting: Setting, items: Sequence[PlanItem], state: HostState
@@ -118,7 +160,7 @@ class Subsystem(ABC):
         return None
 
     def write(self, host: Host, key: str, path: str, new: str, whole: bool) -> str | None:
-        """Write one value that is not a whole file (paths.FILE_KEYS are written by apply,
+        """Write one value that is not a whole file (`file_keys` are written by apply,
         atomically, with `file_text`). Returns the value before when it reads it itself, else
         None. Raises HostError."""
         host.write_text(path, new + "\n")
@@ -267,10 +309,12 @@ def value_item(
     state: HostState,
     problem: Callable[[str, frozenset[str] | None, str | None], tuple[Action, str] | None]
     | None = None,
+    requirement: privilege.Requirement | None = None,
 ) -> PlanItem:
     """The item of a one-file value (a sysctl, a sysfs setting): compared by values.compare,
     a preference list resolved against what the kernel offers. `problem(want, available,
-    cmdline)`: why a value that differs is not to be written (THP set on the command line)."""
+    cmdline)`: why a value that differs is not to be written (THP set on the command line);
+    `requirement`: what writing it needs (the subsystem's `requirement(key)`)."""
     rule = describe(setting.desired)
     reading = state.readings.get(path)
     found = unusable(key, path, rule, reading, setting.source)
@@ -299,7 +343,7 @@ def value_item(
     if skip is not None:
         action, why = skip
         return PlanItem(key, path, rule, reading, write, action, why, setting.source)
-    lacking = privilege.missing(key, state.privileges)
+    lacking = privilege.missing(key, state.privileges, requirement)
     if lacking is not None:
         return PlanItem(key, path, rule, reading, write, "needs-privilege", lacking, setting.source)
     return PlanItem(key, path, rule, reading, write, "set", reason, setting.source)

@@ -220,17 +220,17 @@ def detect(host: Host) -> Boot:
             None,
             "" if args is not None else "`grubby --info=DEFAULT` did not answer",
         )
-    dropin = paths.BOOT_PATHS["bootloader:grub"]
+    dropin = paths.BOOT_PATHS[paths.GRUB_KEY]
     if host.exists("/etc/default/grub"):
         try:
             text = host.read_optional(dropin, limit=1 << 16)
         except HostError as err:
-            return Boot("grub", "bootloader:grub", dropin, None, None, None, str(err))
+            return Boot("grub", paths.GRUB_KEY, dropin, None, None, None, str(err))
         regen = grub_regen(host)
         why = "" if regen is not None else "no update-grub, grub2-mkconfig or grub-mkconfig"
         return Boot(
             "grub",
-            "bootloader:grub",
+            paths.GRUB_KEY,
             dropin,
             dropin_args(text or ""),
             text or "",
@@ -310,8 +310,18 @@ class Bootloader(Subsystem):
     section = "bootloader"
     options = ("cmdline", "isolate")
 
+    # GRUB's drop-in is a whole file; grubby's argument string is kept exactly as read.
+    file_keys = frozenset({paths.GRUB_KEY})
+    raw_keys = frozenset({paths.GRUBBY_KEY})
+    atomic_files = (paths.BOOT_PATHS[paths.GRUB_KEY],)
+
     def owns(self, key: str) -> bool:
         return key.startswith("bootloader:")
+
+    def path_of(self, key: str) -> str | None:
+        """The one path each way of changing the command line changes (grubby edits the BLS
+        entries itself; mcpnode never writes under /boot)."""
+        return paths.BOOT_PATHS[key] if key in (paths.GRUB_KEY, paths.GRUBBY_KEY) else None
 
     def parse(self, section: SectionInput) -> list[Setting]:
         boot, file = section.table, section.file
@@ -353,7 +363,7 @@ class Bootloader(Subsystem):
         if path == paths.BOOT_PATHS[paths.GRUBBY_KEY]:
             args = grubby_args(host)
             return args if args is not None else Absent("grubby does not answer")
-        if path == paths.BOOT_PATHS["bootloader:grub"]:
+        if path == paths.BOOT_PATHS[paths.GRUB_KEY]:
             return file_reading(host, path)
         return None
 
@@ -379,7 +389,7 @@ class Bootloader(Subsystem):
         return super().current_text(host, key, path)
 
     def after_file_write(self, host: Host, key: str) -> None:
-        if key == "bootloader:grub":
+        if key == paths.GRUB_KEY:
             regenerate_grub(host)  # GRUB reads grub.cfg, not the drop-in
 
     def notes(self, host: Host, items: Sequence[PlanItem], done: Sequence[Outcome]) -> list[str]:

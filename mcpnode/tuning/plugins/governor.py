@@ -22,6 +22,16 @@ class Governor(Subsystem):
     def owns(self, key: str) -> bool:
         return key == paths.GOVERNOR_KEY or key.startswith(paths.GOVERNOR_KEY + ":")
 
+    def path_of(self, key: str) -> str | None:
+        """`cpu:governor:policyN` -> that policy's scaling_governor."""
+        policy = key[len(paths.GOVERNOR_KEY) + 1 :] if key.startswith(paths.GOVERNOR_KEY) else ""
+        return paths.governor_path(policy) if paths.is_policy(policy) else None
+
+    def explained(self, key: str) -> tuple[str, str | None] | None:
+        # One setting for every policy: a policy's item is explained as the setting, with its
+        # policy's file; the setting itself has no single file to show.
+        return (paths.GOVERNOR_KEY, self.path_of(key)) if self.owns(key) else None
+
     def parse(self, section: SectionInput) -> list[Setting]:
         if "governor" not in section.table:
             return []
@@ -54,6 +64,12 @@ class Governor(Subsystem):
         if isinstance(chosen, tuple):
             return [cpupower.scope_item(setting, chosen)]
         return [
-            value_item(f"{setting.key}:{policy}", paths.governor_path(policy), setting, state)
+            value_item(
+                f"{setting.key}:{policy}",
+                paths.governor_path(policy),
+                setting,
+                state,
+                requirement=self.requirement(f"{setting.key}:{policy}"),
+            )
             for policy in cpupower.selected_policies(state, chosen)
         ]

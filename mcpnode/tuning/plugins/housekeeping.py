@@ -64,8 +64,15 @@ class Housekeeping(Subsystem):
     section = "housekeeping"
     options = ("confine",)
 
+    file_keys = frozenset(paths.SYSTEMD_DROPINS)
+    atomic_files = tuple(paths.SYSTEMD_DROPINS.values())
+
     def owns(self, key: str) -> bool:
         return key == paths.CONFINE_KEY or key in paths.SYSTEMD_DROPINS
+
+    def path_of(self, key: str) -> str | None:
+        """`systemd:UNIT` -> its AllowedCPUs= drop-in."""
+        return paths.SYSTEMD_DROPINS.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         if "confine" not in section.table:

@@ -195,6 +195,8 @@ class Irq(Subsystem):
     section = "irq"
     options = ("policy", "irqbalance")
     empty_file_removes = False  # irqbalance's file is the package's: written, never removed
+    file_keys = frozenset(paths.IRQBALANCE_FILES)
+    atomic_files = tuple(paths.IRQBALANCE_FILES.values())
 
     def owns(self, key: str) -> bool:
         return (
@@ -202,6 +204,13 @@ class Irq(Subsystem):
             or key in paths.IRQBALANCE_FILES
             or paths.irq_number(key) is not None
         )
+
+    def path_of(self, key: str) -> str | None:
+        """`irq:N` -> its smp_affinity_list; `irqbalance:*` -> irqbalance's environment file."""
+        irq = paths.irq_number(key)
+        if irq is not None:
+            return paths.irq_affinity_path(irq)
+        return paths.IRQBALANCE_FILES.get(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
         return [

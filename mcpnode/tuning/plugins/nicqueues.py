@@ -26,6 +26,7 @@ import re
 
 from mcpnode.errors import CommandFailed
 from mcpnode.host import Host
+from mcpnode.tuning import privilege
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, err, value_item
@@ -112,6 +113,12 @@ class NicQueues(Subsystem):
 
     def owns(self, key: str) -> bool:
         return key in (RINGS_KEY, CHANNELS_KEY, DEVICES_KEY) or _ITEM.match(key) is not None
+
+    def requirement(self, key: str) -> privilege.Requirement:
+        # ethtool -G/-L: dev_ethtool() checks ns_capable(CAP_NET_ADMIN) (net/ethtool/ioctl.c).
+        return privilege.Requirement(
+            True, privilege.CAP_NET_ADMIN, None, "ethtool -G/-L need CAP_NET_ADMIN"
+        )
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)
@@ -231,7 +238,9 @@ class NicQueues(Subsystem):
                     why = f"{dev} allows at most {over}"
                     items.append(PlanItem(key, path, rule, None, None, "unsupported", why, src))
                     continue
-            items.append(value_item(f"{setting.key}:{dev}", item_path(what, dev), want, state))
+            key = f"{setting.key}:{dev}"
+            req = self.requirement(key)
+            items.append(value_item(key, item_path(what, dev), want, state, requirement=req))
         return items
 
     def read_restore(self, host: Host, path: str) -> Reading | None:

@@ -73,6 +73,11 @@ class Rps(Subsystem):
     def owns(self, key: str) -> bool:
         return key == paths.IRQ_RPS_KEY or key.startswith("rps:")
 
+    def path_of(self, key: str) -> str | None:
+        """`rps:DEV:N` -> that rx queue's rps_cpus."""
+        queue = paths.rps_queue(key)
+        return paths.rps_path(*queue) if queue is not None else None
+
     def parse(self, section: SectionInput) -> list[Setting]:
         return one_of(section, "irq", "rps", IRQ_POLICIES, paths.IRQ_RPS_KEY)
 

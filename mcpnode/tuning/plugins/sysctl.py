@@ -35,6 +35,9 @@ class Sysctl(Subsystem):
     def owns(self, key: str) -> bool:
         return ":" not in key
 
+    def path_of(self, key: str) -> str | None:
+        return paths.sysctl_path(key) if paths.sysctl_key_problem(key) is None else None
+
     def parse(self, section: SectionInput) -> list[Setting]:
         file, out = section.file, []
         for key, value in section.table.items():
@@ -63,7 +66,10 @@ class Sysctl(Subsystem):
             draft.modules.update(setting.desired.load)
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
-        return [value_item(setting.key, paths.sysctl_path(setting.key), setting, state)]
+        path = paths.sysctl_path(setting.key)
+        return [
+            value_item(setting.key, path, setting, state, requirement=self.requirement(setting.key))
+        ]
 
     def modules_for(
         self, setting: Setting, items: Sequence[PlanItem], state: HostState

@@ -79,10 +79,11 @@ class TransparentHugepages(Subsystem):
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         path = _PATHS[setting.key]
+        requirement = self.requirement(setting.key)
         if setting.key == KHUGEPAGED_KEY:
-            return [value_item(setting.key, path, setting, state)]
+            return [value_item(setting.key, path, setting, state, requirement=requirement)]
         problem = _thp_problem if setting.key == paths.THP_KEY else _offered_problem
-        return [value_item(setting.key, path, setting, state, problem)]
+        return [value_item(setting.key, path, setting, state, problem, requirement)]
 
 
 def _thp_problem(
