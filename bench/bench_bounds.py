@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 from mcpnode.tuning.errors import ProfileError  # noqa: E402
 from mcpnode.tuning.profile import parse_profile  # noqa: E402
-from tests.childrss import child_peak_rss_mib  # noqa: E402
-from tests.minihost import GPU_DIR, build  # noqa: E402
+from tests.support.childrss import child_peak_rss_mib  # noqa: E402
+from tests.support.minihost import GPU_DIR, build  # noqa: E402
 from tests.test_bounds import BOMBS, fan_out  # noqa: E402
 
 

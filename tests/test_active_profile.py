@@ -21,8 +21,8 @@ from mcpnode.fleet.load import load_fleet
 from mcpnode.fleet.report import compare
 from mcpnode.host import Host
 from mcpnode.placement.manifest import dumps
-from tests import auditroot
-from tests.tuningcli import run_cli
+from tests.support import auditroot
+from tests.support.tuningcli import run_cli
 
 PERSISTED = "etc/sysctl.d/90-mcpnode.conf"
 JOURNAL = "var/lib/mcpnode/tuning-journal.json"

@@ -53,8 +53,8 @@ from mcpnode.topology.discover import discover, discover_host
 from mcpnode.topology.model import CpuSet, Topology
 from mcpnode.topology.nvml import RecordedNvml
 from mcpnode.topology.parse import ParseError
-from tests import placeroot
-from tests.pinchild import CHILD, affinities, start_child, stop
+from tests.support import placeroot
+from tests.support.pinchild import CHILD, affinities, start_child, stop
 
 GPU_ADDRESS = "0000:01:00.0"  # placeroot's one GPU
 WORKER = "--mcpnode-test-worker"

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests import auditroot
-from tests.agentproc import AgentProc
+from tests.support import auditroot
+from tests.support.agentproc import AgentProc
 
 GPU = "0000:18:00.0"  # GPU 0
 NIC = "0000:19:00.0"  # mlx5_0, beside GPU 0
@@ -351,7 +351,7 @@ def test_agent_autopins_a_gpu_process(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests import placeroot
+    from tests.support import placeroot
 
     reason = placeroot.skip_reason()
     if reason:

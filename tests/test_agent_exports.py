@@ -18,7 +18,7 @@ import pytest
 
 from mcpnode.agent.service import Agent
 from mcpnode.placement.exporters import nfd
-from tests import auditroot
+from tests.support import auditroot
 
 CONFIG = """
 [drift]

@@ -2,8 +2,8 @@
 
 - HealthWatch on a copy of the HGX H100 fixture: the kernel log as the root's `dev/kmsg` file
   (backlog at start, new records on the timer), NVML's XID event set replayed from recordings
-  the watcher itself made against tests/nvmlgen.py's simulation (tests/fixtures/nvml-events/),
-  IB `link_downed` counters;
+  the watcher itself made against tools/fixturegen/nvmlgen.py's simulation
+  (tests/fixtures/nvml-events/), IB `link_downed` counters;
 - LiveNvml's event-set and field-value calls decoded from pynvml's own ctypes structures;
 - end to end, a real agent process: an Xid 79 appended to the root's kernel log becomes
   `mcpnode_gpu_xid_total{gpu,xid}`, a `gpu.xid` log event, a republished manifest marking GPU 2
@@ -30,9 +30,10 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
 from mcpnode.topology.nvml import RecordedNvml
-from tests import auditroot, fixturegen, nvmlgen
-from tests.agentproc import AgentProc
+from tests.support import auditroot
+from tests.support.agentproc import AgentProc
 from tests.test_agent_metrics import Log, samples
+from tools.fixturegen import fixturegen, nvmlgen
 
 SICK = auditroot.SICK
 XID_79 = auditroot.XID_79[1]
@@ -50,7 +51,7 @@ def test_event_recordings_are_current(tmp_path: Path) -> None:
         committed = nvmlgen.EVENTS_DIR / path.name
         assert path.read_bytes() == committed.read_bytes(), (
             f"{committed} differs from the generator; regenerate: "
-            "python3 tests/fixturegen.py --nvml-cases tests/fixtures/nvml"
+            "python3 tools/fixturegen/fixturegen.py --nvml-cases tests/fixtures/nvml"
         )
 
 

@@ -2,7 +2,7 @@
 
 A held key is neither written (the profile's value would fight the other owner) nor restored
 (the original would fight it too), and its journal entry is kept unchanged, so a rollback
-still puts the true original back. Everything runs on tests/tuningroot.py's fake host."""
+still puts the true original back. Everything runs on tests/support/tuningroot.py's fake host."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from mcpnode.state.places import JOURNAL_PATH
 from mcpnode.tuning.apply import apply_profile, rollback
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.profile import Profile, load_profile
-from tests.tuningroot import build, get_sysctl, set_sysctl, write_profiles
+from tests.support.tuningroot import build, get_sysctl, set_sysctl, write_profiles
 
 OLD = """\
 [profile]

@@ -61,8 +61,8 @@ from pathlib import Path
 
 params = json.loads(sys.argv[1])
 sys.path.insert(0, params["repo"])
-from tests.agentproc import AgentProc
-from tests.nschild import private_tmpfs, set_sysctl, sysctl
+from tests.support.agentproc import AgentProc
+from tests.support.nschild import private_tmpfs, set_sysctl, sysctl
 
 keys = params["keys"]
 report = {"steps": {}, "errors": []}
@@ -348,8 +348,8 @@ from pathlib import Path
 
 params = json.loads(sys.argv[1])
 sys.path.insert(0, params["repo"])
-from tests.agentproc import AgentProc
-from tests.nschild import private_tmpfs
+from tests.support.agentproc import AgentProc
+from tests.support.nschild import private_tmpfs
 
 report = {"errors": []}
 agent = None

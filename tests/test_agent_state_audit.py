@@ -21,7 +21,7 @@ from mcpnode.state.agentstate import (
     write_agent_state,
 )
 from mcpnode.tuning.active import active_profile
-from tests import auditroot
+from tests.support import auditroot
 
 CONTESTED = ContestedKey("vm.swappiness", 3, 600.0, "2025-03-01T12:00:05+00:00", "60")
 STATE = AgentState(

@@ -33,7 +33,7 @@ import pytest
 
 from mcpnode.agent.config import parse_config
 from mcpnode.placement.manifest import content_hash, dumps, parse_manifest
-from tests import auditroot
+from tests.support import auditroot
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = REPO / "ansible"
@@ -194,7 +194,7 @@ def test_syntax(playbook: str) -> None:
 @pytest.fixture(scope="module")
 def ansible(built_wheel: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Ansible:
     """The wheel of this checkout as a release would ship it (units, profiles, man pages and
-    completion scripts as data files; tests/wheelbuild.py), shared with test_wheel.py."""
+    completion scripts as data files; tests/support/wheelbuild.py), shared with test_wheel.py."""
     return Ansible(tmp_path_factory.mktemp("ansible"), built_wheel[0])
 
 

@@ -12,7 +12,7 @@ from mcpnode.audit.context import cgroup_mode_of, driver_version_of
 from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Finding, Status
 from mcpnode.codec.reading import Absent, Unreadable
-from tests import auditroot
+from tests.support import auditroot
 
 V232 = """\
 22 28 0:21 / /sys rw - sysfs sysfs rw

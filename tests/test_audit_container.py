@@ -46,7 +46,7 @@ from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
-from tests import minihost
+from tests.support import minihost
 
 CASES_DIR = Path(__file__).resolve().parent / "fixtures" / "audit" / "container"
 CASES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "root").is_dir())

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import auditroot
-from tests.tuningcli import run_cli
+from tests.support import auditroot
+from tests.support.tuningcli import run_cli
 
 
 def audit(root: Path, *extra: str) -> tuple[int, dict[str, object] | None, str]:

@@ -20,8 +20,9 @@ import pytest
 from mcpnode.audit.run import run_audit
 from mcpnode.cli import render_audit
 from mcpnode.host import Host
-from tests import auditroot
 from tests.jsonschema_mini import validate
+from tests.support import auditroot
+from tools.fixturegen import auditnvml
 
 FIXED = datetime(2025, 1, 1, tzinfo=timezone.utc)
 SCHEMA = json.loads(
@@ -74,9 +75,10 @@ def test_validator_rejects() -> None:
 
 
 def test_audit_nvml_recordings_are_current(tmp_path: Path) -> None:
-    """The committed recordings are what tests/auditroot.py generates today."""
-    for path in auditroot.write_audit_nvml(tmp_path):
+    """The committed recordings are what tools/fixturegen/auditnvml.py generates today."""
+    for path in auditnvml.write_audit_nvml(tmp_path):
         committed = auditroot.AUDIT_NVML / path.name
         assert path.read_bytes() == committed.read_bytes(), (
-            f"{committed} differs from the generator; regenerate: python -m tests.auditroot"
+            f"{committed} differs from the generator; regenerate: "
+            "python3 tools/fixturegen/auditnvml.py"
         )

@@ -1,6 +1,7 @@
 """GPU health from recorded NVML: one recording per fault (tests/fixtures/audit/nvml/, made by
-tests/auditroot.py from tests/nvmlgen.py), the NVML failure recordings of tests/fixtures/nvml/,
-and the committed GPU fixtures. Each fault FAILs (or WARNs) on the broken GPU only."""
+tests/support/auditroot.py from tools/fixturegen/nvmlgen.py), the NVML failure recordings of
+tests/fixtures/nvml/, and the committed GPU fixtures. Each fault FAILs (or WARNs) on the broken GPU
+only."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mcpnode.audit.model import AuditReport, Status
 from mcpnode.audit.run import run_audit
 from mcpnode.codec.record import replace
 from mcpnode.host import Host
-from tests import auditroot
+from tests.support import auditroot
 
 SICK = "0000:3a:00.0"  # GPU 2 of the HGX, broken in each audit recording
 

@@ -43,7 +43,8 @@ from mcpnode.cli.main import cli
 from mcpnode.host import Host
 from mcpnode.snapshot import write_snapshot
 from mcpnode.topology.model import PciAddress
-from tests import auditroot, fixturegen
+from tests.support import auditroot
+from tools.fixturegen import fixturegen
 
 SICK = auditroot.SICK
 FIXED = datetime(2025, 1, 1, tzinfo=timezone.utc)

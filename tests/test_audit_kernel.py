@@ -15,7 +15,7 @@ from mcpnode.audit.run import run_audit
 from mcpnode.codec.reading import Absent, Unreadable
 from mcpnode.codec.record import replace
 from mcpnode.host import Host
-from tests import auditroot
+from tests.support import auditroot
 
 
 @pytest.mark.parametrize(

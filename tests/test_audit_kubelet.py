@@ -1,5 +1,5 @@
 """The kubelet alignment area (mcpnode/audit/kubelet.py) on roots built here: a committed host
-fixture copied to tmp (tests/auditroot.py) with a kubelet's files laid over it in kubeadm's
+fixture copied to tmp (tests/support/auditroot.py) with a kubelet's files laid over it in kubeadm's
 layout, and a manifest published by the real manifest code, so the housekeeping CPUs compared
 are the ones mcpnode's placement plan reserves on that host."""
 
@@ -20,7 +20,7 @@ from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
 from mcpnode.placement.build import build_all, make_manifest
 from mcpnode.placement.manifest import MANIFEST_PATH, dumps
-from tests import auditroot
+from tests.support import auditroot
 
 HOST = auditroot.HGX  # 2 sockets with SMT: first-core housekeeping is two cores' threads
 CONFIG = "var/lib/kubelet/config.yaml"
@@ -171,7 +171,7 @@ def test_report_matches_the_audit_schema(tmp_path: Path) -> None:
     from mcpnode.cli import render_audit
     from tests.jsonschema_mini import validate
 
-    schema = json.loads((auditroot.HERE.parent / "docs" / "audit-schema.json").read_text())
+    schema = json.loads((auditroot.TESTS.parent / "docs" / "audit-schema.json").read_text())
     report = audit(node(tmp_path, kubeadm(aligned_config("0-3"))))
     doc = render_audit.report_json(report)
     assert validate(doc, schema) == []

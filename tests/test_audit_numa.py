@@ -10,7 +10,7 @@ from mcpnode.audit.facts import FileRead
 from mcpnode.audit.model import Status
 from mcpnode.codec.reading import Absent, Unreadable
 from mcpnode.codec.record import replace
-from tests import auditroot
+from tests.support import auditroot
 
 
 def test_gpu_numa_unknown_on_two_sockets_warns(tmp_path: Path) -> None:

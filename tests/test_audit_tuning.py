@@ -10,7 +10,7 @@ from mcpnode.audit.model import Status
 from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
 from mcpnode.tuning.active import active_profile
-from tests import auditroot
+from tests.support import auditroot
 
 
 def test_applied_profile_passes(tmp_path: Path) -> None:

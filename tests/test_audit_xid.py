@@ -25,7 +25,7 @@ from mcpnode.audit.xid_policy import (
     parse_audit_table,
 )
 from mcpnode.host import Host
-from tests import auditroot
+from tests.support import auditroot
 
 SICK = auditroot.SICK
 

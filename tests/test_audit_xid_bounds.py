@@ -14,7 +14,8 @@ from mcpnode.audit.context import build_context
 from mcpnode.audit.model import Finding, Status
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
-from tests import auditroot, fixturegen
+from tests.support import auditroot
+from tools.fixturegen import fixturegen
 
 SICK = auditroot.SICK  # GPU 2 of the HGX
 GPUS = 8

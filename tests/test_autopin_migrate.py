@@ -16,8 +16,8 @@ from mcpnode.agent.config import ConfigError, PinRule, parse_config
 from mcpnode.host import Host
 from mcpnode.placement.plan import plan_placement
 from mcpnode.topology.discover import discover_host
-from tests import placeroot
-from tests.pinchild import start_child, stop
+from tests.support import placeroot
+from tests.support.pinchild import start_child, stop
 from tests.test_agent_autopin import WORKER, listing, needs_machine
 
 

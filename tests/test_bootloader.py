@@ -1,7 +1,7 @@
 """`[bootloader]`: the kernel command line through the tuning engine.
 
 - On the live root inside a throwaway mount namespace, with fake `update-grub` / `grubby` first
-  on PATH recording every call (tests/bootchild.py): apply writes the GRUB drop-in and
+  on PATH recording every call (tests/support/bootchild.py): apply writes the GRUB drop-in and
   regenerates, or calls grubby; verify is compliant (configured) and says a reboot is required;
   rollback removes the drop-in and regenerates again, or gives grubby the original arguments.
 - On a copy of the HGX fixture: the slices' isolation arguments computed from the published
@@ -25,8 +25,8 @@ import pytest
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.plugins import bootloader as bl
 from mcpnode.tuning.profile import parse_profile
-from tests import irqroot
-from tests.tuningcli import run_cli
+from tests.support import irqroot
+from tests.support.tuningcli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SLICES = "1-47,49-95,97-143,145-191"  # the HGX fixture's GPU slices, all eight
@@ -48,10 +48,10 @@ needs_ns = pytest.mark.skipif(_ns_reason() is not None, reason=_ns_reason() or "
 
 
 def in_namespace(method: str, work: Path, **extra: object) -> dict[str, Any]:
-    """tests/bootchild.py's steps; `extra`: its optional parameters (dropin, fail)."""
+    """tests/support/bootchild.py's steps; `extra`: its optional parameters (dropin, fail)."""
     params = json.dumps({"method": method, "work": str(work), "repo": str(REPO), **extra})
     proc = subprocess.run(
-        ["unshare", "--mount", "--", sys.executable, str(REPO / "tests" / "bootchild.py"), params],
+        ["unshare", "--mount", "--", sys.executable, str(REPO / "tests" / "support" / "bootchild.py"), params],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

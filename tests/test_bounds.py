@@ -21,13 +21,13 @@ from mcpnode.host import SYSFS_READ_LIMIT, Host
 from mcpnode.topology.discover import discover
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import load_profile, parse_profile
-from tests import placeroot
-from tests.childrss import child_peak_rss_mib
-from tests.minihost import GPU_DIR, build
-from tests.pinchild import start_child, stop
-from tests.tuningcli import run_cli
-from tests.tuningroot import build as build_tuning
-from tests.tuningroot import tree, write_profiles
+from tests.support import placeroot
+from tests.support.childrss import child_peak_rss_mib
+from tests.support.minihost import GPU_DIR, build
+from tests.support.pinchild import start_child, stop
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import build as build_tuning
+from tests.support.tuningroot import tree, write_profiles
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ from tests.device.compare import (
     parse_smi_xml,
     with_nvlinks,
 )
-from tests.nvsmi import parse_topo_matrix
+from tests.support.nvsmi import parse_topo_matrix
 from tests.test_device_compare import CHECK, FAKE_NVIDIA_SMI
 
 HERE = Path(__file__).resolve().parent

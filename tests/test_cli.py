@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mcpnode.cli.main import cli
-from tests.minihost import build
+from tests.support.minihost import build
 
 
 def mcpnode(*args: str) -> subprocess.CompletedProcess[str]:

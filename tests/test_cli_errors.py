@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exportcase import HOSTS
+from tests.support.exportcase import HOSTS
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = str(HOSTS / "h100-nvl-pair")

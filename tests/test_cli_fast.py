@@ -160,7 +160,7 @@ def said(proc: subprocess.CompletedProcess[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def published_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests import placeroot
+    from tests.support import placeroot
     from tests.test_exec_manifest import BOOT, stamp
 
     why = placeroot.skip_reason()

@@ -3,7 +3,7 @@
 the values are the ones the text shows (cpulists as the kernel writes them).
 
 exec and systemd-dropin read the placement from a recorded root shaped like this machine
-(tests/placeroot.py); pin moves a real child process, so it needs CPUs 0-1 here."""
+(tests/support/placeroot.py); pin moves a real child process, so it needs CPUs 0-1 here."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests import placeroot
-from tests.exportcase import HOSTS
-from tests.pinchild import affinities, start_child, stop
-from tests.tuningcli import run_cli
+from tests.support import placeroot
+from tests.support.exportcase import HOSTS
+from tests.support.pinchild import affinities, start_child, stop
+from tests.support.tuningcli import run_cli
 
 needs_machine = placeroot.needs_machine
 

@@ -6,7 +6,8 @@ NUMA nodes (ids, CPUs, CPU-less, memory, distances), the possible/present/online
 CPUs this process may use, and, for every PCI function hwloc lists and every one mcpnode finds,
 presence, class/vendor/device, NUMA node, local CPUs, root complex and upstream bridge chain.
 Nothing is skipped: every difference must be explained by one entry of
-`tests/conformance_known.py`, and every entry must still explain a difference (no stale entries).
+`tests/support/conformance_known.py`, and every entry must still explain a difference (no stale
+entries).
 
 The dumps are not part of this repository: the module skips itself when the folder is missing
 (a plain clone). Set MCPNODE_SHARED_HOSTS to use another copy.
@@ -28,7 +29,7 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover, effective_local_cpus
 from mcpnode.topology.model import CpuSet, PciAddress, PciDevice, Topology
 from mcpnode.topology.parse import parse_cpulist, parse_pci_address
-from tests.conformance_known import KNOWN, Diff
+from tests.support.conformance_known import KNOWN, Diff
 
 
 def _hosts_dir() -> Path:

@@ -36,8 +36,8 @@ from tests.device.compare import (
     parse_smi_xml,
     with_nvlinks,
 )
-from tests.minihost import build
-from tests.nvsmi import parse_topo_matrix
+from tests.support.minihost import build
+from tests.support.nvsmi import parse_topo_matrix
 from tests.test_gpus_cli import nvml_calls, write_nvml
 
 HERE = Path(__file__).resolve().parent

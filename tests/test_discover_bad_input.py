@@ -13,7 +13,16 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
-from tests.minihost import GPU, GPU_DIR, NIC, NIC_DIR, build, link, put, split_into_two_nodes
+from tests.support.minihost import (
+    GPU,
+    GPU_DIR,
+    NIC,
+    NIC_DIR,
+    build,
+    link,
+    put,
+    split_into_two_nodes,
+)
 
 
 def run(root: Path) -> Topology:

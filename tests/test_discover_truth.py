@@ -9,7 +9,7 @@
   naming the device and both values; the list is used.
 
 The dumps are the generator's hand_edited_base() host, edited the way people edit dumps
-(tests/fixturegen.py graft_copy).
+(tools/fixturegen/fixturegen.py graft_copy).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
-from tests import fixturegen
-from tests.minihost import GPU, GPU_DIR, build, put
+from tests.support.minihost import GPU, GPU_DIR, build, put
+from tools.fixturegen import fixturegen
 
 QIB = "0000:01:00.0"
 SAS = "0000:02:00.0"

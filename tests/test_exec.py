@@ -18,8 +18,8 @@ from mcpnode.placement.apply import choose_target, merge_env
 from mcpnode.placement.plan import plan_placement
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import CpuSet
-from tests import placeroot
-from tests.tuningcli import run_cli, run_process
+from tests.support import placeroot
+from tests.support.tuningcli import run_cli, run_process
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
 UUID = "GPU-3126d961-2891-5574-b3c1-87ce3c1e6eb9"

@@ -3,7 +3,7 @@ agent advertises when it is current (placement/source.py's freshness rule), fall
 discovery with one line on stderr otherwise, and never initialise NVML or walk sysfs on the
 manifest path. The CPUs are clipped to what the caller may use.
 
-The roots are copies of tests/placeroot.py's (shaped like this machine) with the freshness
+The roots are copies of tests/support/placeroot.py's (shaped like this machine) with the freshness
 facts a live kernel has: a boot id and a uevent sequence number."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.placement.manifest import MANIFEST_PATH, content_hash
 from mcpnode.placement.source import resolve, staleness
-from tests import placeroot
+from tests.support import placeroot
+from tests.support.tuningcli import run_cli, run_process
 from tests.test_exec import CHILD, UUID
-from tests.tuningcli import run_cli, run_process
 
 NVML_FAILURES = Path(__file__).parent / "fixtures" / "nvml"
 BOOT = "3b5e6a4e-6c8a-4a43-9d3a-6f0f6d1b2c11"

@@ -9,7 +9,7 @@ import pytest
 from mcpnode.audit.model import AuditReport, Finding, Status
 from mcpnode.placement.exporters import ansible
 from mcpnode.placement.exporters.inputs import summarize
-from tests.exportcase import AUDIT, FIXTURES, placement, topology
+from tests.support.exportcase import AUDIT, FIXTURES, placement, topology
 
 
 def keys_sorted(doc: object) -> bool:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from mcpnode.cli.main import cli
-from tests.exportcase import HOSTS
+from tests.support.exportcase import HOSTS
 
 FIXTURE = "h100-nvl-pair"  # small: copied per test
 DEFAULT_PATHS = {

@@ -13,7 +13,7 @@ import pytest
 
 from mcpnode.placement.exporters import ansible, nfd, prom, slurm
 from mcpnode.placement.exporters.write import Renderer
-from tests.exportcase import AUDIT, FIXTURES, GOLDEN, placement, topology
+from tests.support.exportcase import AUDIT, FIXTURES, GOLDEN, placement, topology
 
 KINDS: dict[str, tuple[str, Renderer]] = {
     "nfd": ("nfd-features", nfd.render),

@@ -19,7 +19,7 @@ from mcpnode.placement.exporters.nfd import (
     sanitize_value,
     validate_label,
 )
-from tests.exportcase import AUDIT, FIXTURES, placement, topology
+from tests.support.exportcase import AUDIT, FIXTURES, placement, topology
 
 # The Kubernetes rules restated independently of nfd.py's regexes (apimachinery
 # IsQualifiedName / IsValidLabelValue), so a typo in one is caught by the other.

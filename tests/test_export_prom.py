@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpnode.placement.exporters import prom
-from tests.exportcase import AUDIT, FIXTURES, placement, topology
+from tests.support.exportcase import AUDIT, FIXTURES, placement, topology
 
 
 def samples(fixture: str, audit: object = AUDIT) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -12,7 +12,7 @@ from mcpnode.codec.record import replace
 from mcpnode.placement.exporters import slurm
 from mcpnode.placement.exporters.slurm import cores_for, slurm_core_indices
 from mcpnode.topology.model import Cpu, CpuSet, CpuTopology
-from tests.exportcase import FIXTURES, placement, topology
+from tests.support.exportcase import FIXTURES, placement, topology
 
 
 def gres_lines(fixture: str, type_form: slurm.TypeForm = "autodetect") -> list[dict[str, str]]:

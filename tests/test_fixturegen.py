@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import fixturegen
-from tests.fixturegen import (
+from tests.support.nvsmi import parse_topo_matrix
+from tools.fixturegen import fixturegen
+from tools.fixturegen.fixturegen import (
     DeviceSpec,
     HostBridgeSpec,
     HostSpec,
@@ -32,7 +33,6 @@ from tests.fixturegen import (
     kernfs_relpath,
     parse_cpulist,
 )
-from tests.nvsmi import parse_topo_matrix
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"
@@ -88,11 +88,11 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_fixture_matches_generator(name: str, regenerated: Path) -> None:
     committed = HOSTS / name
-    assert committed.is_dir(), f"run: python3 tests/fixturegen.py --out {HOSTS}"
+    assert committed.is_dir(), f"run: python3 tools/fixturegen/fixturegen.py --out {HOSTS}"
     want, got = snapshot(regenerated / name), snapshot(committed)
     assert want == got, (
         f"{committed} differs from the generator; regenerate with "
-        f"`python3 tests/fixturegen.py --out tests/fixtures/hosts` (do not hand-edit): "
+        f"`python3 tools/fixturegen/fixturegen.py --out tests/fixtures/hosts` (do not hand-edit): "
         + describe_diff(want, got)
     )
 

@@ -3,8 +3,8 @@ modelled on, plus the matrix parser itself on every published copy.
 
 References live in tests/fixtures/nvidia-smi/ (verbatim copies of ../shared/nvidia-topo/, so a
 plain clone has them). NV# cells come from NVML: each GPU fixture root carries the NVML answers
-mcpnode's discovery got from tests/nvmlgen.py's simulation (`mcpnode-snapshot.json`), so every
-cell, NV# included, must equal nvidia-smi's.
+mcpnode's discovery got from tools/fixturegen/nvmlgen.py's simulation (`mcpnode-snapshot.json`), so
+every cell, NV# included, must equal nvidia-smi's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.nvsmi import TopoMatrix, TopoParseError, parse_topo_matrix
+from tests.support.nvsmi import TopoMatrix, TopoParseError, parse_topo_matrix
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"

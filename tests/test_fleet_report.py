@@ -31,8 +31,8 @@ from mcpnode.fleet.report import FleetReport, compare, compare_property
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import content_hash, dumps
-from tests import auditroot
 from tests.jsonschema_mini import validate
+from tests.support import auditroot
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"

@@ -20,7 +20,7 @@ from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import NvLink, NvmlGpu, NvmlState, PciAddress, Topology
-from tests.minihost import build
+from tests.support.minihost import build
 
 NOT_A_SNAPSHOT = "NVML unavailable: NotRecorded: not a mcpnode snapshot (no mcpnode-snapshot.json)"
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from mcpnode.host import Host
-from tests.minihost import build
+from tests.support.minihost import build
 
 
 def test_live_command_and_missing_program() -> None:

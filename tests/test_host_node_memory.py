@@ -13,7 +13,7 @@ import pytest
 
 from mcpnode.errors import NotSupported, PlacementUnavailable
 from mcpnode.host import Host
-from tests.proberoot import HOSTS
+from tests.support.proberoot import HOSTS
 
 pytestmark = pytest.mark.live
 LIVE_NODES = sorted(int(p.name[4:]) for p in Path("/sys/devices/system/node").glob("node[0-9]*"))

@@ -21,7 +21,7 @@ import pytest
 from mcpnode.errors import RootError
 from mcpnode.host import Host
 from mcpnode.host import tarball as host_tar
-from tests.childrss import child_peak_rss_mib
+from tests.support.childrss import child_peak_rss_mib
 
 pytestmark = pytest.mark.usefixtures("tmpdir_watch")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
-from tests.exportcase import HOSTS
+from tests.support.exportcase import HOSTS
 from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
 REPO = Path(__file__).resolve().parent.parent

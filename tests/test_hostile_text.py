@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests import nvmlgen, placeroot
-from tests.exportcase import HOSTS
-from tests.fixturegen import write_host
+from tests.support import placeroot
+from tests.support.exportcase import HOSTS
+from tests.support.tuningcli import run_process
 from tests.test_cli_errors import mcpnode  # the CLI as a real child process
-from tests.tuningcli import run_process
+from tools.fixturegen import nvmlgen
+from tools.fixturegen.fixturegen import write_host
 
 REPO = Path(__file__).resolve().parent.parent
 RED = "\x1b[31m"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import irqroot
-from tests.tuningcli import run_cli
+from tests.support import irqroot
+from tests.support.tuningcli import run_cli
 
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import auditroot
+from tests.support import auditroot
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_JSON = REPO / "build" / "image" / "image.json"

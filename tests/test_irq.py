@@ -1,6 +1,7 @@
 """`[irq]` through the tuning engine, on temporary copies of the HGX H100 fixture with a real
-node's interrupt layout (tests/irqroot.py): plan, apply, verify, drift, rollback, the journal's
-key -> path check, irqbalance's environment file, and the agent remediating a moved interrupt.
+node's interrupt layout (tests/support/irqroot.py): plan, apply, verify, drift, rollback, the
+journal's key -> path check, irqbalance's environment file, and the agent remediating a moved
+interrupt.
 
 The acceptance case: after `mcpnode apply --profile inference-throughput` on the HGX copy, no
 interrupt's affinity overlaps any GPU's slice in the published manifest, and `rollback`
@@ -23,10 +24,10 @@ from mcpnode.tuning.errors import JournalError, ProfileError
 from mcpnode.tuning.journal import JournalStore, from_json
 from mcpnode.tuning.plugins.irq import banned_of, parse_interrupts, with_banned
 from mcpnode.tuning.profile import parse_profile
-from tests import irqroot
-from tests.agentproc import AgentProc
-from tests.tuningcli import run_cli
-from tests.tuningroot import kernel_view
+from tests.support import irqroot
+from tests.support.agentproc import AgentProc
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import kernel_view
 
 PROFILE = "inference-throughput"
 
@@ -277,7 +278,7 @@ def test_managed_interrupts_are_recorded_not_failed(hgx: irqroot.IrqRoot) -> Non
     managed = [i for i in hgx.irqs if i.managed]
     assert len(managed) == 8
     before = placed_state(root)
-    script = str(Path(__file__).parent / "irqmanagedchild.py")
+    script = str(Path(__file__).parent / "support" / "irqmanagedchild.py")
     child = subprocess.run(
         ["unshare", "--mount", "--", sys.executable, script,
          str(root), PROFILE, *(str(i.number) for i in managed)],

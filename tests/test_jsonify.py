@@ -19,8 +19,8 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover, discover_host
 from mcpnode.topology.jsonify import jsonable, topology_json
 from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, PciAddress, Topology
-from tests import fixturegen
-from tests.childrss import child_peak_rss_mib, peak_rss_mib
+from tests.support.childrss import child_peak_rss_mib, peak_rss_mib
+from tools.fixturegen import fixturegen
 
 HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if (p / "sys").is_dir())

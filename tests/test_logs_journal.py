@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from mcpnode.logs import PRIORITIES, journal_priority, stderr_is_journal
-from tests import auditroot
+from tests.support import auditroot
 
 REPO = Path(__file__).resolve().parent.parent
 INFO = 6  # journald's default priority for a stream line without a prefix (SyslogLevel=info)

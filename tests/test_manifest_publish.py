@@ -27,7 +27,7 @@ from mcpnode.placement.manifest import (
     publish,
     read_manifest,
 )
-from tests.manifest_race import read_while_republish
+from tests.support.manifest_race import read_while_republish
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"

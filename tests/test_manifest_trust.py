@@ -24,9 +24,9 @@ from mcpnode.errors import ManifestError
 from mcpnode.host import Host
 from mcpnode.placement.source import resolve
 from mcpnode.published import MANIFEST_PATH, content_hash, parse_manifest, read_manifest
-from tests import irqroot, placeroot
+from tests.support import irqroot, placeroot
+from tests.support.tuningcli import run_cli, run_process
 from tests.test_exec_manifest import BOOT, stamp
-from tests.tuningcli import run_cli, run_process
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")

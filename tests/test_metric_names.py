@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mcpnode.agent.metrics import AgentMetrics
 from mcpnode.placement.exporters import prom
-from tests.exportcase import AUDIT, placement, topology
+from tests.support.exportcase import AUDIT, placement, topology
 from tests.test_agent_metrics import ALL_FAMILIES, feed
 
 REPO = Path(__file__).resolve().parent.parent

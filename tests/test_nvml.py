@@ -51,7 +51,7 @@ from mcpnode.topology.nvml import (
 )
 from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.sysfs import Problems
-from tests import fixturegen, nvmlgen
+from tools.fixturegen import fixturegen, nvmlgen
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"

@@ -1,6 +1,6 @@
 """NVML recordings on the host fixtures and the failure recordings, replayed through mcpnode.
 
-- each GPU fixture root holds the NVML answers its discovery got from tests/nvmlgen.py
+- each GPU fixture root holds the NVML answers its discovery got from tools/fixturegen/nvmlgen.py
   (`mcpnode-snapshot.json`): replaying them gives the same topology as the simulation did, with
   no call left unrecorded;
 - the new hosts (H100 NVL pair with active and inactive bridges, GH200) give the matrix, NUMA
@@ -27,8 +27,8 @@ from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix
 from mcpnode.topology.model import CpuSet, NvmlGpu, PciAddress, Topology
 from mcpnode.topology.nvml import RecordedNvml
-from tests import fixturegen, nvmlgen
-from tests.nvsmi import parse_topo_matrix
+from tests.support.nvsmi import parse_topo_matrix
+from tools.fixturegen import fixturegen, nvmlgen
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"
@@ -158,12 +158,13 @@ def assert_none_means_unavailable(g: NvmlGpu) -> None:
 def test_nvml_cases_match_generator(tmp_path: Path) -> None:
     written = nvmlgen.write_cases(tmp_path)
     assert sorted(p.name for p in written) == sorted(p.name for p in CASES.glob("*.json")), (
-        "regenerate with `python3 tests/fixturegen.py --nvml-cases tests/fixtures/nvml`"
+        "regenerate with `python3 tools/fixturegen/fixturegen.py --nvml-cases tests/fixtures/nvml`"
     )
     for path in written:
         assert path.read_bytes() == (CASES / path.name).read_bytes(), (
             f"{CASES / path.name} differs from the generator; regenerate with "
-            "`python3 tests/fixturegen.py --nvml-cases tests/fixtures/nvml` (do not hand-edit)"
+            "`python3 tools/fixturegen/fixturegen.py --nvml-cases tests/fixtures/nvml` "
+            "(do not hand-edit)"
         )
 
 

@@ -19,9 +19,9 @@ from mcpnode.host import Host
 from mcpnode.placement.apply import PF_KTHREAD, Target, parse_stat, pin_process
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError
-from tests import placeroot
-from tests.pinchild import affinities, start_child, stop
-from tests.tuningcli import run_cli
+from tests.support import placeroot
+from tests.support.pinchild import affinities, start_child, stop
+from tests.support.tuningcli import run_cli
 
 needs_machine = placeroot.needs_machine
 

@@ -21,7 +21,7 @@ from mcpnode.placement.plan import (
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.distance import RANK
 from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, Topology
-from tests.nvsmi import parse_topo_matrix
+from tests.support.nvsmi import parse_topo_matrix
 
 HERE = Path(__file__).resolve().parent
 HOSTS = HERE / "fixtures" / "hosts"

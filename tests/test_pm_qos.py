@@ -16,9 +16,9 @@ import pytest
 
 from mcpnode.errors import NotSupported
 from mcpnode.host import Host
-from tests import auditroot
-from tests.agentproc import AgentProc
-from tests.tuningcli import run_cli
+from tests.support import auditroot
+from tests.support.agentproc import AgentProc
+from tests.support.tuningcli import run_cli
 
 PROFILE = """\
 [profile]

@@ -24,7 +24,7 @@ from mcpnode.probe.analysis import (
 from mcpnode.probe.model import HostCase, PeerCase, ProbeRun, parse_run
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
-from tests.proberoot import HOSTS, RUNS
+from tests.support.proberoot import HOSTS, RUNS
 
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"

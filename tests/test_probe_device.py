@@ -12,8 +12,8 @@ import pytest
 
 from mcpnode.cli.main import main as mcpnode_main
 from mcpnode.host import Host
-from tests import proberoot
 from tests.device.probe_compare import differences, figures, main
+from tests.support import proberoot
 
 L40S = "pcie-4x-l40s-2socket"
 

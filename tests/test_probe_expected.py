@@ -12,7 +12,7 @@ from mcpnode.host import Host
 from mcpnode.probe.expected import gpu_pcie, pair_nvlink, pair_pcie, pcie_rate
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import PciLink, Topology
-from tests.proberoot import HOSTS
+from tests.support.proberoot import HOSTS
 
 
 @cache

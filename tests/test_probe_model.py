@@ -1,6 +1,6 @@
 """The recorded run `mcpnode.probe/v1` (probe/model.py): the committed runs are what
-tests/probegen.py makes and read back unchanged; every bad input is one ProbeDataError naming
-the file and the field."""
+tools/fixturegen/probegen.py makes and read back unchanged; every bad input is one ProbeDataError
+naming the file and the field."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ import pytest
 
 from mcpnode.errors import ProbeDataError
 from mcpnode.probe.model import MAX_RUN_BYTES, dumps, parse_run
-from tests import probegen
-from tests.proberoot import RUNS
+from tests.support.proberoot import RUNS
+from tools.fixturegen import probegen
 
 FIXTURES = [c.fixture for c in probegen.CASES]
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_committed_runs_are_generated(fixture: str) -> None:
-    """`python3 tests/probegen.py --out tests/fixtures/probe` regenerates them byte for byte."""
+    """`python3 tools/fixturegen/probegen.py --out tests/fixtures/probe` regenerates them byte for
+    byte."""
     assert (RUNS / f"{fixture}.json").read_text() == probegen.text(fixture)
 
 

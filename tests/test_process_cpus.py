@@ -9,7 +9,7 @@ import pytest
 
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
-from tests.minihost import build, put
+from tests.support.minihost import build, put
 
 MOUNTINFO_V2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n"
 

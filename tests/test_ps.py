@@ -1,8 +1,8 @@
 """`mcpnode ps` and `pin --migrate` against real child processes on this machine.
 
-The GPU is the recorded one of tests/placeroot.py's root (shaped like this machine: CPUs 0-1,
-node 0, GPU 0's slice CPU 1); its recorded NVML answers name the children's real pids as GPU 0's
-compute processes, the way the driver would. The children's affinity, status and numa_maps are
+The GPU is the recorded one of tests/support/placeroot.py's root (shaped like this machine: CPUs
+0-1, node 0, GPU 0's slice CPU 1); its recorded NVML answers name the children's real pids as GPU
+0's compute processes, the way the driver would. The children's affinity, status and numa_maps are
 this kernel's. One NUMA node here: the memory verdicts and migrate_pages(2) run their real path
 (local memory, a node-to-itself move); remote memory is the device run's to see."""
 
@@ -24,9 +24,10 @@ from mcpnode.placement.plan import plan_placement
 from mcpnode.placement.ps import classify_cpus, classify_memory, verdict_of
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import CpuSet
-from tests import nvmlgen, placeroot
-from tests.fixturegen import write_host
-from tests.tuningcli import run_cli, run_process
+from tests.support import placeroot
+from tests.support.tuningcli import run_cli, run_process
+from tools.fixturegen import nvmlgen
+from tools.fixturegen.fixturegen import write_host
 
 needs_machine = placeroot.needs_machine
 

@@ -14,7 +14,7 @@ from mcpnode.codec.record import FrozenRecordError, fields, record, replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import PciAddress, Problem
-from tests import fixturegen
+from tools.fixturegen import fixturegen
 
 
 @record(frozen=True)

@@ -13,8 +13,8 @@ import pytest
 from mcpnode.tuning import sensitive_cmdline as sc
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import parse_profile
-from tests.tuningcli import run_cli
-from tests.tuningroot import build, tree, write_profiles
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import build, tree, write_profiles
 
 # (argument, the allow-list entry it needs)
 HOSTILE: list[tuple[str, str]] = [

@@ -13,7 +13,7 @@ from mcpnode.host import Host
 from mcpnode.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_META, TOP, write_snapshot
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.jsonify import topology_json
-from tests.minihost import build
+from tests.support.minihost import build
 
 SHARED_HOSTS = Path(
     os.environ.get("MCPNODE_SHARED_HOSTS", Path(__file__).resolve().parents[2] / "shared/hosts")

@@ -23,8 +23,8 @@ from mcpnode.errors import LockBusy, Untrusted
 from mcpnode.host import Host
 from mcpnode.state.lock import LockNotHeld
 from mcpnode.tuning.journal import Journal, JournalStore
-from tests.tuningcli import run_cli
-from tests.tuningroot import build, get_sysctl, write_profiles
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import build, get_sysctl, write_profiles
 
 REPO = Path(__file__).resolve().parent.parent
 LOCKED = 75

@@ -15,8 +15,8 @@ from mcpnode.errors import UsageError
 from mcpnode.placement.apply import Target
 from mcpnode.placement.systemd import DROPIN_NAME, quote_assignment, render_dropin, unit_name
 from mcpnode.topology.model import CpuSet
-from tests import placeroot
-from tests.tuningcli import run_cli
+from tests.support import placeroot
+from tests.support.tuningcli import run_cli
 
 UUID = "GPU-3126d961-2891-5574-b3c1-87ce3c1e6eb9"
 DROPIN = "etc/systemd/system/vllm.service.d/50-mcpnode-placement.conf"

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.cli import render_audit, render_placement
 from mcpnode.cli.main import cli
-from tests import auditroot
+from tests.support import auditroot
 
 # `?` standing alone (`driver ?`, `(?)`, `=?`), or the word None
 UNTUNED = "etc/sysctl.d/90-mcpnode.conf"  # the persisted file names the profile

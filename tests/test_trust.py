@@ -26,8 +26,15 @@ from mcpnode.host import Host
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import load_profile, parse_profile
 from mcpnode.tuning.sensitive import SENSITIVE, sensitive_reason
-from tests.tuningcli import run_cli
-from tests.tuningroot import BASE_PROFILE, build, get_sysctl, set_sysctl, tree, write_profiles
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import (
+    BASE_PROFILE,
+    build,
+    get_sysctl,
+    set_sysctl,
+    tree,
+    write_profiles,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534

@@ -17,8 +17,8 @@ from mcpnode.tuning.errors import ApplyFailed, JournalError
 from mcpnode.tuning.journal import Journal, JournalEntry, JournalStore, to_json
 from mcpnode.tuning.profile import Profile, load_profile
 from mcpnode.tuning.verify import verify
-from tests.tuningcli import run_cli
-from tests.tuningroot import (
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import (
     build,
     get_sysctl,
     kernel_view,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.tuningcli import run_cli, run_process
-from tests.tuningroot import build, put, write_profiles
+from tests.support.tuningcli import run_cli, run_process
+from tests.support.tuningroot import build, put, write_profiles
 
 
 @pytest.fixture

@@ -34,8 +34,8 @@ import mcpnode.tuning.apply  # noqa: F401
 from mcpnode.cli.main import main
 from mcpnode.host import FAULT_ENV
 from mcpnode.host import write as host_module
-from tests.tuningcli import run_process
-from tests.tuningroot import build, kernel_view, write_profiles
+from tests.support.tuningcli import run_process
+from tests.support.tuningroot import build, kernel_view, write_profiles
 
 KILLED = -signal.SIGKILL
 PROFILE = ("--profile", "latency")

@@ -1,7 +1,7 @@
 """Whole files mcpnode replaces (irqbalance's environment file, the GRUB drop-in, the persisted
 sysctl.d file) keep the type, mode and owner they had, on apply, rollback and a failed apply,
 with real symlinks, modes and owners in temporary roots (the GRUB drop-in on the live root in a
-throwaway mount namespace, tests/bootchild.py):
+throwaway mount namespace, tests/support/bootchild.py):
 
 - a regular file keeps its mode and owner through apply and comes back exactly on rollback and
   after a failed apply; a group- or world-writable one is never written back writable;
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from tests import irqroot
+from tests.support import irqroot
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import BASE_PROFILE, build, put, write_profiles
 from tests.test_bootloader import in_namespace, needs_ns
-from tests.tuningcli import run_cli
-from tests.tuningroot import BASE_PROFILE, build, put, write_profiles
 
 PROFILE = "inference-throughput"
 JOURNAL = "var/lib/mcpnode/tuning-journal.json"

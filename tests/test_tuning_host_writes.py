@@ -13,7 +13,7 @@ import pytest
 
 from mcpnode.errors import CommandFailed, NotSupported, PathNotFound, SymlinkLoop, WriteError
 from mcpnode.host import FAULT_ENV, Host
-from tests.tuningroot import put
+from tests.support.tuningroot import put
 
 
 def test_write_text_replaces_an_existing_file(tmp_path: Path) -> None:

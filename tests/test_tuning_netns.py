@@ -97,7 +97,7 @@ params = json.loads(sys.argv[1])
 keys, python, repo = params["keys"], params["python"], params["repo"]
 profiles = ["--profiles-dir", params["profiles_dir"]]
 sys.path.insert(0, repo)
-from tests.nschild import private_tmpfs, set_sysctl, sysctl
+from tests.support.nschild import private_tmpfs, set_sysctl, sysctl
 report = {"steps": {}, "errors": []}
 
 def values():

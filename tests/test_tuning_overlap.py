@@ -1,7 +1,7 @@
-"""Two writers overlapping, forced at chosen points, on the real kernel (tests/overlapchild.py):
-after every interleaving `rollback` restores exactly what the network namespace had before the
-first run, and the second writer either waited for the first or gave up with exit 75 — it
-never went on unlocked.
+"""Two writers overlapping, forced at chosen points, on the real kernel
+(tests/support/overlapchild.py): after every interleaving `rollback` restores exactly what the
+network namespace had before the first run, and the second writer either waited for the first
+or gave up with exit 75 — it never went on unlocked.
 
 Without the state lock these interleavings lose originals: a writer stopped after its journal
 save and resumed after another apply saves its own view of the journal over the other's, and a
@@ -86,7 +86,7 @@ def trials(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "private",
             "--",
             sys.executable,
-            str(REPO / "tests" / "overlapchild.py"),
+            str(REPO / "tests" / "support" / "overlapchild.py"),
             json.dumps(params),
         ],
         capture_output=True,

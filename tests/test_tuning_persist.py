@@ -12,8 +12,8 @@ from mcpnode.tuning.apply import apply_profile
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.persist import boot_order, find_overrides, normalise_key, parse_conf
 from mcpnode.tuning.profile import load_profile
-from tests.tuningcli import run_cli
-from tests.tuningroot import build, put, write_profiles
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import build, put, write_profiles
 
 
 def test_boot_order_sorts_by_name_and_etc_masks_the_rest() -> None:

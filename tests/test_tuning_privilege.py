@@ -26,8 +26,8 @@ from mcpnode.tuning.plan import plan
 from mcpnode.tuning.privilege import Privileges, denied_hint, missing
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.state import parse_status, read_state
-from tests.tuningcli import run_cli
-from tests.tuningroot import NO_CAPS, build, get_sysctl, write_profiles
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import NO_CAPS, build, get_sysctl, write_profiles
 
 NOBODY = 65534
 NET_ADMIN_ONLY = f"{1 << privilege.CAP_NET_ADMIN:016x}"

@@ -15,8 +15,8 @@ from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import list_profiles, load_profile, parse_profile
 from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Exact, Prefer
-from tests.tuningcli import run_cli
-from tests.tuningroot import BASE_PROFILE, build, put, tree, write_profiles
+from tests.support.tuningcli import run_cli
+from tests.support.tuningroot import BASE_PROFILE, build, put, tree, write_profiles
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The wheel as a release ships it (tests/wheelbuild.py: pip, through the in-tree backend
+"""The wheel as a release ships it (tests/support/wheelbuild.py: pip, through the in-tree backend
 tools/build_backend.py): its metadata (the license as an SPDX expression),
 its data files (the profiles without the test-only one, the units, man pages for every command
 that pass groff's checks, completion scripts that complete for real in bash).

@@ -38,7 +38,7 @@ import mcpnode.cli.render_tuning  # noqa: E402
 import mcpnode.logs  # noqa: E402
 import mcpnode.tuning.apply  # noqa: E402, F401
 from mcpnode.cli.main import main  # noqa: E402
-from tests.nschild import private_tmpfs, set_sysctl, sysctl  # noqa: E402
+from tests.support.nschild import private_tmpfs, set_sysctl, sysctl  # noqa: E402
 
 KEYS: list[str] = params["keys"]
 JOURNAL = Path(params["journal"])

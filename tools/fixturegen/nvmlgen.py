@@ -36,8 +36,8 @@ from typing import Any
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.nvml import NVML_CODES, NvmlError, RecordingNvml, error_for
-from tests import fixturegen
-from tests.fixturegen import HostSpec, PciFunction, parse_cpulist
+from tools.fixturegen import fixturegen
+from tools.fixturegen.fixturegen import HostSpec, PciFunction, parse_cpulist
 
 SNAPSHOT_NAME = "mcpnode-snapshot.json"
 SNAPSHOT_FORMAT = "mcpnode.snapshot/v1"
@@ -948,6 +948,8 @@ def snapshot_meta_json(host: HostSpec, nvml: Mapping[str, Any]) -> str:
     to be regenerated for every unrelated change of the topology model."""
     meta: dict[str, Any] = {
         "format": SNAPSHOT_FORMAT,
+        # The label the committed recordings carry (written when this file was tests/nvmlgen.py):
+        # kept as it is so regeneration stays byte-identical with them.
         "generator": "tests/nvmlgen.py (simulated NVML; not a capture of a real machine)",
         "hostname": host.hostname,
         "kernel_release": host.osrelease,
@@ -994,7 +996,7 @@ def write_cases(dest: Path, names: Sequence[str] = NVML_CASES) -> list[Path]:
 # NVML event sets: what the agent's XID watcher asks (tests/fixtures/nvml-events/<case>.json)
 # ==========================================================================================
 
-EVENTS_DIR = Path(__file__).resolve().parent / "fixtures" / "nvml-events"
+EVENTS_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nvml-events"
 
 
 def event_cases() -> dict[str, tuple[HostSpec, NvmlSpec, int]]:

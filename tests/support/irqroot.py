@@ -1,7 +1,7 @@
 """Interrupt layouts on a temporary copy of a committed host fixture, as on a real HGX node.
 
-The committed trees are never modified (tests/fixturegen.py owns them): `build()` copies one
-and lays over it what `[irq]` reads and writes, from the devices discovery finds in it:
+The committed trees are never modified (tools/fixturegen/fixturegen.py owns them): `build()` copies
+one and lays over it what `[irq]` reads and writes, from the devices discovery finds in it:
 
 * `/proc/interrupts` with one column per online CPU and, per device, the interrupts its driver
   requests (Linux 6.x names): for each ConnectX function `mlx5_async@pci:ADDR` and one
@@ -32,8 +32,8 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import CpuSet
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
 HGX = "hgx-h100-8gpu-8nic"
 
 IRQBALANCE_DEBIAN = """\

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import nvmlgen
-from tests.fixturegen import (
+from tools.fixturegen import nvmlgen
+from tools.fixturegen.fixturegen import (
     CLASS_3D,
     CLASS_ETHERNET,
     GT32,

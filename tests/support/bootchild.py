@@ -104,7 +104,7 @@ def main() -> None:
     params = json.loads(sys.argv[1])
     work, repo = Path(params["work"]), str(params["repo"])
     sys.path.insert(0, repo)
-    from tests.nschild import private_tmpfs
+    from tests.support.nschild import private_tmpfs
 
     private_tmpfs(["/etc/default"])
     bin_dir, state_dir, profiles = work / "bin", work / "state", work / "profiles"

@@ -1,6 +1,6 @@
 """A fixture host with a recorded probe run dropped in as `mcpnode-probe.json`, where
 `mcpnode snapshot --probe` puts it, so the committed fixture itself is left as
-tests/fixturegen.py makes it.
+tools/fixturegen/fixturegen.py makes it.
 
 The copy hard-links the fixture's files (0.2 s instead of 2 s for the HGX tree) and falls back
 to copying across file systems: only for tests that add files to the root, never for ones that
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-RUNS = HERE / "fixtures" / "probe"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+RUNS = TESTS / "fixtures" / "probe"
 
 
 def _link_or_copy(src: str, dst: str) -> None:

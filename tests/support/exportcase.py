@@ -12,8 +12,8 @@ from mcpnode.placement.plan import Placement, plan_placement
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
 
-HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
-GOLDEN = Path(__file__).resolve().parent / "fixtures" / "export"
+HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "export"
 
 FIXTURES = (
     "dgx-a100",

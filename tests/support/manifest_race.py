@@ -18,7 +18,7 @@ from typing import Any
 from mcpnode.host import Host
 from mcpnode.placement.manifest import MANIFEST_PATH, publish
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 _READER = r"""
 import json, os, sys

@@ -18,13 +18,15 @@ discovery reads, laid out as the kernel lays it out:
 Nothing random: the same spec gives a byte-identical tree.
 
 Hosts with GPUs also get `mcpnode-snapshot.json` at their root: the NVML answers mcpnode's
-discovery gets from the simulated NVML of tests/nvmlgen.py, so `--root` replays them.
+discovery gets from the simulated NVML of tools/fixturegen/nvmlgen.py, so `--root` replays them.
 
-CLI:
-    python3 tests/fixturegen.py --out tests/fixtures/hosts        # regenerate committed fixtures
-    python3 tests/fixturegen.py --nvml-cases tests/fixtures/nvml  # NVML failure recordings
-                                  # (and the agent's event-set recordings, fixtures/nvml-events)
-    python3 tests/fixturegen.py --synthetic-vfs 4096 --out DIR    # benchmark host, not committed
+CLI (from the repository root):
+    # regenerate the committed fixtures
+    python3 tools/fixturegen/fixturegen.py --out tests/fixtures/hosts
+    # NVML failure recordings (and the agent's event-set recordings, fixtures/nvml-events)
+    python3 tools/fixturegen/fixturegen.py --nvml-cases tests/fixtures/nvml
+    # benchmark host, not committed
+    python3 tools/fixturegen/fixturegen.py --synthetic-vfs 4096 --out DIR
 """
 
 from __future__ import annotations
@@ -2233,7 +2235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--nvml-cases",
         type=Path,
         metavar="DIR",
-        help="write the NVML failure recordings (tests/nvmlgen.py) as DIR/<case>.json",
+        help="write the NVML failure recordings (tools/fixturegen/nvmlgen.py) as DIR/<case>.json",
     )
     ap.add_argument(
         "--synthetic-vfs",
@@ -2251,7 +2253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is None and args.nvml_cases is None:
         ap.error("one of --out and --nvml-cases is required")
     if args.nvml_cases is not None:
-        from tests import nvmlgen  # imports mcpnode: only when NVML recordings are asked for
+        from tools.fixturegen import (
+            nvmlgen,  # imports mcpnode: only when NVML recordings are asked for
+        )
 
         for path in nvmlgen.write_cases(args.nvml_cases):
             print(f"wrote {path}")
@@ -2270,7 +2274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in names if n not in hosts]
     if unknown:
         ap.error(f"unknown fixture(s): {', '.join(unknown)}; known: {', '.join(sorted(hosts))}")
-    from tests import nvmlgen  # records mcpnode's discovery of each tree: imports mcpnode
+    from tools.fixturegen import (
+        nvmlgen,  # records mcpnode's discovery of each tree: imports mcpnode
+    )
 
     for name in names:
         dest = out / name
@@ -2286,9 +2292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as a script: import this file again as `tests.fixturegen`, so that tests/nvmlgen.py
-    # (which imports tests.fixturegen) sees the same spec classes as the specs it is given.
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.fixturegen import main as _main
+    # Run as a script: import this file again as `tools.fixturegen.fixturegen`, so that
+    # nvmlgen.py (which imports tools.fixturegen.fixturegen) sees the same spec classes as the
+    # specs it is given.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tools.fixturegen.fixturegen import main as _main
 
     sys.exit(_main())

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Not needed to build the wheel, and large (fixtures) or changing under other runs (caches).
 NOT_SOURCE = shutil.ignore_patterns(

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Linux charges a child's ru_maxrss with the high-water mark of the address space it replaced at
 # execve(2) (fs/exec.c, exec_mmap() -> setmax_mm_hiwater_rss()): a child forked or vforked

@@ -1,11 +1,11 @@
 """Recorded probe runs (`mcpnode.probe/v1`) for the fixture hosts, plausible rather than measured.
 
-    python3 tests/probegen.py --out tests/fixtures/probe
+    python3 tools/fixturegen/probegen.py --out tests/fixtures/probe
 
 writes one `<fixture>.json` per case below; tests/test_probe_fixtures.py checks the committed
 files match. A test drops one into a copy of its fixture as `mcpnode-probe.json` (the place
-`mcpnode snapshot --probe` puts it), so the fixtures themselves stay as tests/fixturegen.py
-makes them.
+`mcpnode snapshot --probe` puts it), so the fixtures themselves stay as
+tools/fixturegen/fixturegen.py makes them.
 
 The figures, per direction and GB/s, with a small deterministic scatter (seeded, +-0.6 %):
 
@@ -42,7 +42,7 @@ from mcpnode.probe.model import (
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Gpu, Topology
 
-HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
+HOSTS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "hosts"
 SETTINGS = Settings(
     buffer_bytes=256 << 20,
     copies_per_sample=8,

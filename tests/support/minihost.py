@@ -1,5 +1,6 @@
 """A tiny sysfs tree for bad-input tests: one node, two CPUs, one GPU behind a root port, one
-NIC. Each test breaks one file of it. (The realistic machines come from tests/fixturegen.py.)"""
+NIC. Each test breaks one file of it. (The realistic machines come from
+tools/fixturegen/fixturegen.py.)"""
 
 from __future__ import annotations
 
