@@ -50,8 +50,9 @@ needs_ns = pytest.mark.skipif(_ns_reason() is not None, reason=_ns_reason() or "
 def in_namespace(method: str, work: Path, **extra: object) -> dict[str, Any]:
     """tests/support/bootchild.py's steps; `extra`: its optional parameters (dropin, fail)."""
     params = json.dumps({"method": method, "work": str(work), "repo": str(REPO), **extra})
+    child = str(REPO / "tests" / "support" / "bootchild.py")
     proc = subprocess.run(
-        ["unshare", "--mount", "--", sys.executable, str(REPO / "tests" / "support" / "bootchild.py"), params],
+        ["unshare", "--mount", "--", sys.executable, child, params],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

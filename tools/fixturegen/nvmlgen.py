@@ -3,8 +3,8 @@
 `SimulatedNvml` implements `GpuBackend.call(fn, *args)` from a declarative `NvmlSpec` (one
 `GpuSpec` per GPU). It answers in the shapes `LiveNvml._plain` returns (ints, strs, lists of
 ints, the PCI-info / memory / fabric dicts, process dicts) and raises the typed errors
-`LiveNvml` raises (built with the same `error_for`), following the NotSupported matrix of
-../shared/reference/nvml-api.md section 11:
+`LiveNvml` raises (built with the same `error_for`), following what NVML's API reference
+(nvml.h: each call's "Supported" products and return values) answers per GPU class:
 
 - NVLink: `nvlinks=None` answers NotSupported on link 0 (PCIe GPUs, VMs); otherwise links past
   the GPU's real count answer InvalidArgument (NVML_NVLINK_MAX_LINKS=36 is an upper bound);
@@ -674,7 +674,7 @@ def base_gpus(host: HostSpec, model: GpuModel) -> tuple[GpuSpec, ...]:
     return tuple(out)
 
 
-# GPU0's 18 links on an HGX H100 (../shared/nvidia-topo/hgx-h100-nvlink-R-gpu0-PARTIAL.txt),
+# GPU0's 18 links on an HGX H100 (`nvidia-smi nvlink -R` posted in NVIDIA/nccl#1182),
 # as indexes into the 4 NVSwitches at 05..08:00.0: 07 07 06 06 07 07 06 06 05 05 07 06 08 08
 # 05 05 08 08 (5+5+4+4 links). GPU1's first two links land on 08: modelled as the same spread
 # rotated by one switch per GPU (the published excerpt stops there).

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Distribution name (normalised) -> the top-level module it provides, where they differ.
 IMPORT_NAME = {

@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "mcpnode"
+PKG = Path(__file__).resolve().parents[2] / "mcpnode"
 
 # Lower layers first; a module may import only from its own layer or below.
 LAYERS = [
