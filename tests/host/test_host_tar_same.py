@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from mcpnode.cli.main import cli
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-SHARED = HERE.parent.parent / "shared" / "hosts"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+SHARED = TESTS.parent.parent / "shared" / "hosts"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if (p / "sys").is_dir())
 DUMPS = sorted(p.name.removesuffix(".tar.bz2") for p in SHARED.glob("*.tar.bz2"))
 COMMANDS = {

@@ -17,7 +17,7 @@ from mcpnode.audit.run import AREAS
 from mcpnode.host import Host, HostProcess, HostReader, HostWriter
 from mcpnode.topology import discover, nvml, sysfs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_host_satisfies_every_role(tmp_path: Path) -> None:

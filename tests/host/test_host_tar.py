@@ -39,11 +39,11 @@ from mcpnode.errors import (
     Untrusted,
 )
 from mcpnode.host import FileStat, Host
-from tests.test_host import MAZE_NAMES, build_maze, put, tree
+from tests.host.test_host import MAZE_NAMES, build_maze, put, tree
 
 pytestmark = pytest.mark.usefixtures("tmpdir_watch")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
 Member = tuple[tarfile.TarInfo, bytes | None]
@@ -483,7 +483,7 @@ def special_files(root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def maze_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Host, Host]]:
-    """The maze of tests/test_host.py with special_files, as a directory and as its tarball."""
+    """The maze of tests/host/test_host.py with special_files, as a directory and as its tarball."""
     base = tmp_path_factory.mktemp("mazepair")
     root = base / "maze"
     build_maze(root)
@@ -719,8 +719,8 @@ def test_snapshot_of_a_tarball_root_replays_the_same(tmp_path: Path) -> None:
 
 
 # -- formats ----------------------------------------------------------------------------------
-# (tests/test_host_tar_same.py compares whole command outputs on every fixture and dump; the
-# caps are tests/test_host_tar_bounds.py; stale copies of older versions, tests/test_trust.py.)
+# (tests/host/test_host_tar_same.py compares whole command outputs on every fixture and dump; the
+# caps are tests/host/test_host_tar_bounds.py; stale copies of older versions, tests/test_trust.py.)
 
 
 def test_a_tarball_root_reads_nothing_from_disk_after_opening(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Host on a directory root: in-root path resolution and typed read errors (tarball roots:
-tests/test_host_tar.py).
+tests/host/test_host_tar.py).
 
 Everything runs on real files: temporary roots with real symlinks, real permission bits checked
 from a child that dropped root, and read-only reads of this machine's /sys for the errnos only

@@ -25,7 +25,7 @@ from tests.support.childrss import child_peak_rss_mib
 
 pytestmark = pytest.mark.usefixtures("tmpdir_watch")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def snap_dir(tmp: Path) -> Path:
