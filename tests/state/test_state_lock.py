@@ -26,7 +26,7 @@ from mcpnode.tuning.journal import Journal, JournalStore
 from tests.support.tuningcli import run_cli
 from tests.support.tuningroot import build, get_sysctl, write_profiles
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LOCKED = 75
 
 
