@@ -1,8 +1,8 @@
 """Where mcpnode and hwloc 2.9 differ on the dumps in ../shared/hosts, and why.
 
-Used by tests/test_conformance_hwloc.py. Every difference that test finds must match exactly one
-entry here, and every entry must still match a difference in each answer file it names (for each
-key it lists), so the table cannot rot into a list of excuses.
+Used by tests/topology/test_conformance_hwloc.py. Every difference that test finds must match
+exactly one entry here, and every entry must still match a difference in each answer file it names
+(for each key it lists), so the table cannot rot into a list of excuses.
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.sysfs import Problems
 from tools.fixturegen import fixturegen, nvmlgen
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-NVML_CASES = HERE / "fixtures" / "nvml"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+NVML_CASES = TESTS / "fixtures" / "nvml"
 
 
 def _driver_present() -> bool:

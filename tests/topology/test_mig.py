@@ -22,10 +22,10 @@ from tests.jsonschema_mini import validate
 from tests.support.tuningcli import run_cli
 from tools.fixturegen import nvmlgen
 
-HERE = Path(__file__).resolve().parent
-VM = HERE / "fixtures" / "hosts" / "single-gpu-kvm-vm-h100-pcie"
-CASES = HERE / "fixtures" / "nvml"
-SCHEMA = json.loads((HERE.parent / "docs" / "manifest-schema.json").read_text())
+TESTS = Path(__file__).resolve().parents[1]
+VM = TESTS / "fixtures" / "hosts" / "single-gpu-kvm-vm-h100-pcie"
+CASES = TESTS / "fixtures" / "nvml"
+SCHEMA = json.loads((TESTS.parent / "docs" / "manifest-schema.json").read_text())
 MIG0 = "MIG-5c3a1e6b-9f2d-5b7e-8a41-2f6c0d9e7b13"
 MIG2 = "MIG-a8d2f4c1-3e5b-5c9a-b7d6-1e4f8a2c6d05"
 
@@ -86,7 +86,7 @@ def test_manifest_has_one_placement_entry_per_mig_device(root: Path) -> None:
 
 
 def test_a_gpu_without_mig_has_no_mig_field() -> None:
-    with Host(HERE / "fixtures" / "hosts" / "hgx-h100-8gpu-8nic") as host:
+    with Host(TESTS / "fixtures" / "hosts" / "hgx-h100-8gpu-8nic") as host:
         doc = make_manifest(host, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert all("mig_devices" not in g for g in doc["placement"]["gpus"])
 

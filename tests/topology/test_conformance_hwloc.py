@@ -34,7 +34,7 @@ from tests.support.conformance_known import KNOWN, Diff
 
 def _hosts_dir() -> Path:
     env = os.environ.get("MCPNODE_SHARED_HOSTS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "hosts"
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "hosts"
 
 
 HOSTS = _hosts_dir()

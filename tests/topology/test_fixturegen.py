@@ -34,9 +34,9 @@ from tools.fixturegen.fixturegen import (
     parse_cpulist,
 )
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-NVSMI = HERE / "fixtures" / "nvidia-smi"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+NVSMI = TESTS / "fixtures" / "nvidia-smi"
 NAMES = sorted(fixturegen.fixture_hosts())
 WITH_REFERENCE = [n for n in NAMES if (NVSMI / f"{n}.txt").exists()]
 

@@ -31,11 +31,11 @@ from tests.device.compare import (
     with_nvlinks,
 )
 from tests.support.nvsmi import parse_topo_matrix
-from tests.test_device_compare import CHECK, FAKE_NVIDIA_SMI
+from tests.topology.test_device_compare import CHECK, FAKE_NVIDIA_SMI
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE / "fixtures" / "hosts" / "captured-h200-kvm-1gpu"
-DEVICE = HERE / "fixtures" / "device" / "h200-kvm-1gpu"
+TESTS = Path(__file__).resolve().parents[1]
+ROOT = TESTS / "fixtures" / "hosts" / "captured-h200-kvm-1gpu"
+DEVICE = TESTS / "fixtures" / "device" / "h200-kvm-1gpu"
 BUS = "0000:00:06.0"
 # `nvidia-smi nvlink -s` printed nothing for this GPU: NVLink is not exposed to the guest.
 NVLINK_S = ""

@@ -16,7 +16,7 @@ from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
 from tests.support.exportcase import HOSTS
 from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE = "h100-nvl-pair"  # 80 CPUs (possible 0-79), two nodes, GPUs 0001:00:00.0, 0002:00:00.0
 GPU_DIR = "sys/devices/pci0001:00/0001:00:00.0"
 NODE = "sys/devices/system/node"

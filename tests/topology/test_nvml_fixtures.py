@@ -30,9 +30,9 @@ from mcpnode.topology.nvml import RecordedNvml
 from tests.support.nvsmi import parse_topo_matrix
 from tools.fixturegen import fixturegen, nvmlgen
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-CASES = HERE / "fixtures" / "nvml"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+CASES = TESTS / "fixtures" / "nvml"
 SPECS = fixturegen.fixture_hosts()
 GPU_HOSTS = sorted(n for n, s in SPECS.items() if nvmlgen.gpu_functions(s))
 PCIE_BUCKETS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -358,7 +358,7 @@ def test_every_case_is_tested() -> None:
         "gpu-lost",
         "gpu-lost-mid-nvlink",
         "mig-enabled",
-        "mig-instances",  # tests/test_mig.py
+        "mig-instances",  # tests/topology/test_mig.py
         "process-abi-mismatch",
         "function-not-found",
         "fabric-in-progress",

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 from tests.support.nvsmi import TopoMatrix, TopoParseError, parse_topo_matrix
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-NVSMI = HERE / "fixtures" / "nvidia-smi"
-SHARED = HERE.parent.parent / "shared" / "nvidia-topo"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+NVSMI = TESTS / "fixtures" / "nvidia-smi"
+SHARED = TESTS.parent.parent / "shared" / "nvidia-topo"
 
 FIXTURES_WITH_REFERENCE = [
     "dgx-a100",

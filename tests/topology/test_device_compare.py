@@ -40,11 +40,11 @@ from tests.support.minihost import build
 from tests.support.nvsmi import parse_topo_matrix
 from tests.test_gpus_cli import nvml_calls, write_nvml
 
-HERE = Path(__file__).resolve().parent
-SAMPLE = HERE / "device" / "sample-nvidia-smi-q.xml"
-CHECK = HERE / "device" / "check.sh"
-NVSMI = HERE / "fixtures" / "nvidia-smi"
-HOSTS = HERE / "fixtures" / "hosts"
+TESTS = Path(__file__).resolve().parents[1]
+SAMPLE = TESTS / "device" / "sample-nvidia-smi-q.xml"
+CHECK = TESTS / "device" / "check.sh"
+NVSMI = TESTS / "fixtures" / "nvidia-smi"
+HOSTS = TESTS / "fixtures" / "hosts"
 UUID0 = "GPU-0b5c1f0e-6a1d-4c2e-9f3b-1a2b3c4d5e6f"
 UUID1 = "GPU-7d8e9f00-1122-4334-8556-778899aabbcc"
 

@@ -16,7 +16,7 @@ from mcpnode.topology.jsonify import topology_json
 from tests.support.minihost import build
 
 SHARED_HOSTS = Path(
-    os.environ.get("MCPNODE_SHARED_HOSTS", Path(__file__).resolve().parents[2] / "shared/hosts")
+    os.environ.get("MCPNODE_SHARED_HOSTS", Path(__file__).resolve().parents[3] / "shared/hosts")
 )
 
 

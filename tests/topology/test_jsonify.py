@@ -22,7 +22,7 @@ from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, PciAddress, Topology
 from tests.support.childrss import child_peak_rss_mib, peak_rss_mib
 from tools.fixturegen import fixturegen
 
-HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
+HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if (p / "sys").is_dir())
 
 
