@@ -160,8 +160,8 @@ def said(proc: subprocess.CompletedProcess[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def published_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.placement.test_exec_manifest import BOOT, stamp
     from tests.support import placeroot
-    from tests.test_exec_manifest import BOOT, stamp
 
     why = placeroot.skip_reason()
     if why is not None:
@@ -183,7 +183,7 @@ def published_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
 )
 def test_exec_is_clicks_without_click(published_root: Path, opts: list[str]) -> None:
-    from tests.test_exec import CHILD
+    from tests.placement.test_exec import CHILD
 
     argv = ["exec", "--root", str(published_root), *opts, sys.executable, "-c", CHILD, "--", "x"]
     fast, slow = fast_path(*argv), click_path(*argv)
@@ -297,7 +297,7 @@ def test_both_entry_points_say_the_same(
     """Each command both ways, `python -m mcpnode` (the console script's cli/fast.py main) and
     click's main: the same stdout, stderr and exit status, and the fast path really served what
     it serves (click never imported), so the two cannot drift apart unseen."""
-    from tests.test_exec import CHILD
+    from tests.placement.test_exec import CHILD
 
     child = [sys.executable, "-c", CHILD]
     argv = [x for a in argv for x in (child if a == "CHILD" else [a])]

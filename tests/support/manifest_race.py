@@ -1,8 +1,8 @@
 """Readers must never see a partial manifest: a reader *process* reads
 /run/mcpnode/manifest.json in a tight loop while this process republishes it N times,
 alternating two manifests of different sizes (a torn or truncated read would fail to parse or
-fail its content hash). Used by tests/test_manifest_publish.py (100 rounds) and bench/run.py
-(1,000 rounds)."""
+fail its content hash). Used by tests/placement/test_manifest_publish.py (100 rounds) and
+bench/run.py (1,000 rounds)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 fixed time, the schema on every fixture, the content hash, and loading with its refusals.
 
 Regenerate the golden after an intended change with
-`MCPNODE_UPDATE_GOLDEN=1 pytest tests/test_manifest.py` and review the diff."""
+`MCPNODE_UPDATE_GOLDEN=1 pytest tests/placement/test_manifest.py` and review the diff."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from mcpnode.placement.manifest import (
 )
 from tests.jsonschema_mini import validate
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-GOLDEN = HERE / "fixtures" / "manifest"
-SCHEMA_FILE = HERE.parent / "docs" / "manifest-schema.json"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+GOLDEN = TESTS / "fixtures" / "manifest"
+SCHEMA_FILE = TESTS.parent / "docs" / "manifest-schema.json"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir())
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -127,7 +127,7 @@ def test_parse_round_trip(name: str) -> None:
 
 
 def test_machine_id_and_housekeeping(tmp_path: Path) -> None:
-    from tests.test_manifest_publish import copy_fixture
+    from tests.placement.test_manifest_publish import copy_fixture
 
     root = copy_fixture("h100-nvl-pair", tmp_path)
     (root / "etc").mkdir(exist_ok=True)

@@ -23,9 +23,9 @@ from mcpnode.topology.distance import RANK
 from mcpnode.topology.model import Cpu, CpuSet, CpuTopology, Topology
 from tests.support.nvsmi import parse_topo_matrix
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-NVSMI = HERE / "fixtures" / "nvidia-smi"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+NVSMI = TESTS / "fixtures" / "nvidia-smi"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir())
 WITH_REFERENCE = sorted(p.stem for p in NVSMI.glob("*.txt") if p.stem in FIXTURES)
 HOUSEKEEPING = ["first-core", "none", "0-3"]

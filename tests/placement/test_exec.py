@@ -21,7 +21,7 @@ from mcpnode.topology.model import CpuSet
 from tests.support import placeroot
 from tests.support.tuningcli import run_cli, run_process
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hosts"
 UUID = "GPU-3126d961-2891-5574-b3c1-87ce3c1e6eb9"
 
 # What the exec'd child reports about itself: its affinity, the kernel's view of its memory

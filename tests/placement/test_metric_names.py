@@ -18,7 +18,7 @@ from mcpnode.placement.exporters import prom
 from tests.support.exportcase import AUDIT, placement, topology
 from tests.test_agent_metrics import ALL_FAMILIES, feed
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Concepts both publish.
 SHARED = {

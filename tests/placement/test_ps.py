@@ -144,7 +144,7 @@ def test_migrate_pages_errors() -> None:
     with pytest.raises(ProcessGone):
         Host("/").migrate_pages(gone.pid, {0}, {0})
     with pytest.raises(NotSupported):
-        Host(Path(__file__).parent / "fixtures" / "hosts" / "no-gpu-host").migrate_pages(
+        Host(Path(__file__).parents[1] / "fixtures" / "hosts" / "no-gpu-host").migrate_pages(
             1, {0}, {0}
         )
 
@@ -165,7 +165,9 @@ def test_parse_numa_maps_counts_bytes_per_node_with_page_sizes() -> None:
 
 
 def test_verdicts_table() -> None:
-    topo = discover_host(Host(Path(__file__).parent / "fixtures" / "hosts" / "hgx-h100-8gpu-8nic"))
+    topo = discover_host(
+        Host(Path(__file__).parents[1] / "fixtures" / "hosts" / "hgx-h100-8gpu-8nic")
+    )
     gpu0 = plan_placement(topo).gpus[0]  # slice 1-12,97-108 on node 0 (0-47,96-143)
     rows = [
         (CpuSet({1, 2}), {0: 100}, ("slice", "local", "placed")),

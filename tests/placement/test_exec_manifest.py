@@ -20,11 +20,11 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.placement.manifest import MANIFEST_PATH, content_hash
 from mcpnode.placement.source import resolve, staleness
+from tests.placement.test_exec import CHILD, UUID
 from tests.support import placeroot
 from tests.support.tuningcli import run_cli, run_process
-from tests.test_exec import CHILD, UUID
 
-NVML_FAILURES = Path(__file__).parent / "fixtures" / "nvml"
+NVML_FAILURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 BOOT = "3b5e6a4e-6c8a-4a43-9d3a-6f0f6d1b2c11"
 
 needs_machine = placeroot.needs_machine

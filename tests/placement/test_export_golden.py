@@ -2,7 +2,7 @@
 
 The audit input is a fixed summary (tests/exportcase.AUDIT), so these goldens change only when
 an exporter, discovery or placement does. Regenerate after an intended change with
-`MCPNODE_UPDATE_GOLDEN=1 pytest tests/test_export_golden.py` and review the diff.
+`MCPNODE_UPDATE_GOLDEN=1 pytest tests/placement/test_export_golden.py` and review the diff.
 """
 
 from __future__ import annotations

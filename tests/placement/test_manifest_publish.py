@@ -29,8 +29,8 @@ from mcpnode.placement.manifest import (
 )
 from tests.support.manifest_race import read_while_republish
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 

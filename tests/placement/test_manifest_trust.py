@@ -24,9 +24,9 @@ from mcpnode.errors import ManifestError
 from mcpnode.host import Host
 from mcpnode.placement.source import resolve
 from mcpnode.published import MANIFEST_PATH, content_hash, parse_manifest, read_manifest
+from tests.placement.test_exec_manifest import BOOT, stamp
 from tests.support import irqroot, placeroot
 from tests.support.tuningcli import run_cli, run_process
-from tests.test_exec_manifest import BOOT, stamp
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
@@ -400,7 +400,7 @@ def test_fleet_report_parses_other_hosts_copies_without_trust(root: Path, tmp_pa
 def test_one_definition_of_the_path_and_one_parse() -> None:
     """grep: the manifest's path is defined once, and no module but the reader both names the
     manifest and parses JSON."""
-    pkg = Path(__file__).resolve().parents[1] / "mcpnode"
+    pkg = Path(__file__).resolve().parents[2] / "mcpnode"
     defs, parses = [], []
     for path in sorted(pkg.rglob("*.py")):
         text = path.read_text()
