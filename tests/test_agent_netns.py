@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_tuning_netns import read_sysctl, skip_reason
+from tests.tuning.test_tuning_netns import read_sysctl, skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 KEYS = (

@@ -720,7 +720,8 @@ def test_snapshot_of_a_tarball_root_replays_the_same(tmp_path: Path) -> None:
 
 # -- formats ----------------------------------------------------------------------------------
 # (tests/host/test_host_tar_same.py compares whole command outputs on every fixture and dump; the
-# caps are tests/host/test_host_tar_bounds.py; stale copies of older versions, tests/test_trust.py.)
+# caps are tests/host/test_host_tar_bounds.py; stale copies of older versions,
+# tests/tuning/test_trust.py.)
 
 
 def test_a_tarball_root_reads_nothing_from_disk_after_opening(tmp_path: Path) -> None:

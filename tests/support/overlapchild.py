@@ -1,4 +1,4 @@
-"""The forced-overlap trials of tests/test_tuning_overlap.py, run as the child of
+"""The forced-overlap trials of tests/tuning/test_tuning_overlap.py, run as the child of
 `unshare --net --mount`: two mcpnode writers made to overlap at chosen points, on the real
 kernel's per-netns `net.*` keys, then a rollback that must restore exactly what the namespace
 had before the first of them ran.

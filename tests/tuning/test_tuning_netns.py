@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TEST_PROFILES = REPO / "tests" / "profiles"
 
 KEYS = (

@@ -36,7 +36,7 @@ from tests.support.tuningroot import (
     write_profiles,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 CORE = "kernel.core_pattern"
 PLANTED = {

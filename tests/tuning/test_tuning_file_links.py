@@ -23,7 +23,7 @@ import pytest
 from tests.support import irqroot
 from tests.support.tuningcli import run_cli
 from tests.support.tuningroot import BASE_PROFILE, build, put, write_profiles
-from tests.test_bootloader import in_namespace, needs_ns
+from tests.tuning.test_bootloader import in_namespace, needs_ns
 
 PROFILE = "inference-throughput"
 JOURNAL = "var/lib/mcpnode/tuning-journal.json"

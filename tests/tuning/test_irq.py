@@ -278,12 +278,12 @@ def test_managed_interrupts_are_recorded_not_failed(hgx: irqroot.IrqRoot) -> Non
     managed = [i for i in hgx.irqs if i.managed]
     assert len(managed) == 8
     before = placed_state(root)
-    script = str(Path(__file__).parent / "support" / "irqmanagedchild.py")
+    script = str(Path(__file__).parents[1] / "support" / "irqmanagedchild.py")
     child = subprocess.run(
         ["unshare", "--mount", "--", sys.executable, script,
          str(root), PROFILE, *(str(i.number) for i in managed)],
         capture_output=True, text=True, timeout=180, check=False,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )  # fmt: skip
     assert child.returncode == 0, child.stderr
     result = json.loads(child.stdout)

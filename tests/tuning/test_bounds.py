@@ -29,7 +29,7 @@ from tests.support.tuningcli import run_cli
 from tests.support.tuningroot import build as build_tuning
 from tests.support.tuningroot import tree, write_profiles
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # -- reads --------------------------------------------------------------------------------------

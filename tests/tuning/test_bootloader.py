@@ -28,7 +28,7 @@ from mcpnode.tuning.profile import parse_profile
 from tests.support import irqroot
 from tests.support.tuningcli import run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SLICES = "1-47,49-95,97-143,145-191"  # the HGX fixture's GPU slices, all eight
 
 

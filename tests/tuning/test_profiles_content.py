@@ -20,7 +20,7 @@ import pytest
 # tomllib is 3.11+; tomli (the same parser) is a dependency on 3.10.
 tomllib = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROFILES_DIR = REPO / "profiles"
 # Profiles only the tests apply (inside a network namespace); not in profiles/, so the wheel
 # (pyproject.toml's data-files: profiles/*.toml) does not install them on hosts.
