@@ -336,7 +336,7 @@ def test_validate_rejects_a_bad_config(site: Site, ansible: Ansible) -> None:
 @pytest.fixture(scope="module")
 def vulnerable_root(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The healthy HGX root with NVIDIA Container Toolkit 1.17.7 recorded (vulnerable to
-    CVE-2025-23266/23267: container.toolkit.version FAILs, tests/test_audit_container.py), and
+    CVE-2025-23266/23267: container.toolkit.version FAILs, tests/audit/test_audit_container.py), and
     mcpnode from the first root's venv."""
     root = auditroot.build(tmp_path_factory.mktemp("vulnerable"), auditroot.HGX)
     meta_path = root / "mcpnode-snapshot.json"

@@ -666,7 +666,7 @@ def test_fleet_of_hand_made_manifests(hgx: Manifest) -> None:
 
 def _with_toolkit(root: Path, version: str) -> Path:
     """The toolkit's `--version` answers recorded in the root, as `mcpnode snapshot` stores
-    them (the audit replays them: tests/test_audit_container.py)."""
+    them (the audit replays them: tests/audit/test_audit_container.py)."""
 
     def answer(stdout: str) -> dict[str, Any]:
         return {"found": True, "returncode": 0, "stdout": stdout, "stderr": "", "reason": None}

@@ -24,7 +24,7 @@ from tests.support import proberoot
 from tests.support.exportcase import HOSTS
 from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 EXPECT = "[expect]\ngpu_count = 2\nnuma_nodes = 2\n"
 L40S = "pcie-4x-l40s-2socket"

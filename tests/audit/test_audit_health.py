@@ -301,7 +301,7 @@ def test_captured_snapshot_without_the_new_facts_skips_them() -> None:
     no AER files: SKIP with the reason, never a PASS."""
     from mcpnode.audit.run import run_audit
 
-    root = Path(__file__).resolve().parent / "fixtures" / "hosts" / "captured-h200-kvm-1gpu"
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "captured-h200-kvm-1gpu"
     with Host(root) as host:
         report = run_audit(host, only=["gpu", "pcie"], skip=["container"])
     by_id = {f.id: f for f in report.findings}

@@ -25,7 +25,7 @@ from mcpnode.snapshot import write_snapshot
 from tests.jsonschema_mini import validate
 from tests.support import auditroot
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs/audit-schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs/audit-schema.json").read_text())
 FIXED = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 

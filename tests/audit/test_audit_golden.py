@@ -3,8 +3,8 @@ against docs/audit-schema.json.
 
 The goldens cover the areas this suite owns (the container area has its own fixtures and
 goldens). `generated_at` is fixed through run_audit(now=...), so a golden holds no time.
-Regenerate after an intended change with `MCPNODE_UPDATE_GOLDEN=1 pytest tests/test_audit_golden.py`
-and review the diff.
+Regenerate after an intended change with `MCPNODE_UPDATE_GOLDEN=1 pytest
+tests/audit/test_audit_golden.py` and review the diff.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tools.fixturegen import auditnvml
 
 FIXED = datetime(2025, 1, 1, tzinfo=timezone.utc)
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "audit-schema.json").read_text()
+    (Path(__file__).resolve().parents[2] / "docs" / "audit-schema.json").read_text()
 )
 # Covered by their own tests and fixtures: test_audit_container.py, test_audit_kubelet.py.
 SKIP_AREAS = ["container", "kubelet"]

@@ -2,7 +2,7 @@
 
 Every line in LINES was copied from a public report or NVIDIA document (the URL beside it), or,
 where no public copy was found, built from the driver's printf format (the source line named).
-tests/test_audit_health.py holds the audit cases (fixture roots with a kernel log) these lines
+tests/audit/test_audit_health.py holds the audit cases (fixture roots with a kernel log) these lines
 end up in; this file holds the parser's and the policy's tables.
 """
 

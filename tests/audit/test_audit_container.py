@@ -5,7 +5,7 @@ Committed roots live in tests/fixtures/audit/container/<case>/: `root/` is what 
 (etc files, /dev nodes and /dev/char links, `mcpnode-snapshot.json` holding the toolkit's
 `--version` answers), `context.json` the AuditContext fields, `expected.json` the golden
 findings. Regenerate goldens after an intended change with
-`MCPNODE_UPDATE_GOLDEN=1 pytest tests/test_audit_container.py` and review the diff. Variants
+`MCPNODE_UPDATE_GOLDEN=1 pytest tests/audit/test_audit_container.py` and review the diff. Variants
 that differ from a committed root by one file are built in tmp_path.
 """
 
@@ -48,7 +48,7 @@ from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
 from tests.support import minihost
 
-CASES_DIR = Path(__file__).resolve().parent / "fixtures" / "audit" / "container"
+CASES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "audit" / "container"
 CASES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "root").is_dir())
 
 
