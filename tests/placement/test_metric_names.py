@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mcpnode.agent.metrics import AgentMetrics
 from mcpnode.placement.exporters import prom
+from tests.agent.test_agent_metrics import ALL_FAMILIES, feed
 from tests.support.exportcase import AUDIT, placement, topology
-from tests.test_agent_metrics import ALL_FAMILIES, feed
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -388,7 +388,7 @@ def test_simulated_answers_have_live_shapes() -> None:
         },
     }
     # Recorded on no host fixture nor NVML case: the agent's event registration
-    # (tests/test_agent_health.py). The R470 fallback, ...GetCurrentClocksThrottleReasons, is
+    # (tests/agent/test_agent_health.py). The R470 fallback, ...GetCurrentClocksThrottleReasons, is
     # answered in the function-not-found case, which counts here.
     elsewhere = {"nvmlDeviceRegisterEvents"}
     assert set(recorded) == (set(nvmlgen.DEVICE_CALLS) - elsewhere) | set(system)

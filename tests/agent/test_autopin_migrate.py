@@ -16,9 +16,9 @@ from mcpnode.agent.config import ConfigError, PinRule, parse_config
 from mcpnode.host import Host
 from mcpnode.placement.plan import plan_placement
 from mcpnode.topology.discover import discover_host
+from tests.agent.test_agent_autopin import WORKER, listing, needs_machine
 from tests.support import placeroot
 from tests.support.pinchild import start_child, stop
-from tests.test_agent_autopin import WORKER, listing, needs_machine
 
 
 @pytest.fixture(scope="module")

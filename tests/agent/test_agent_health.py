@@ -30,9 +30,9 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover_host
 from mcpnode.topology.model import Topology
 from mcpnode.topology.nvml import RecordedNvml
+from tests.agent.test_agent_metrics import Log, samples
 from tests.support import auditroot
 from tests.support.agentproc import AgentProc
-from tests.test_agent_metrics import Log, samples
 from tools.fixturegen import fixturegen, nvmlgen
 
 SICK = auditroot.SICK

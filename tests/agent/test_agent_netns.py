@@ -33,7 +33,7 @@ import pytest
 
 from tests.tuning.test_tuning_netns import read_sysctl, skip_reason
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KEYS = (
     "net.core.somaxconn",
     "net.ipv4.tcp_congestion_control",

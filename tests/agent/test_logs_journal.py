@@ -23,7 +23,7 @@ import pytest
 from mcpnode.logs import PRIORITIES, journal_priority, stderr_is_journal
 from tests.support import auditroot
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 INFO = 6  # journald's default priority for a stream line without a prefix (SyslogLevel=info)
 _PREFIX = re.compile(r"<([0-7])>")
 

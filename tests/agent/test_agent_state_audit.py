@@ -239,7 +239,7 @@ def test_stale_state_of_a_dead_agent_is_ignored_on_the_live_root() -> None:
 
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare --mount for a private /run")
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [
             *("unshare", "--mount", "--propagation", "private", "--"),

@@ -23,10 +23,10 @@ from mcpnode.agent.http import MetricsServer
 from mcpnode.agent.loop import Loop
 from mcpnode.agent.metrics import AgentMetrics
 from mcpnode.agent.sources import DeviceEvent, InjectSource
+from tests.agent.test_agent_metrics import Bg, Log, pump, samples
 from tests.support import auditroot
 from tests.support.agentproc import AgentProc
 from tests.support.tuningcli import run_cli
-from tests.test_agent_metrics import Bg, Log, pump, samples
 
 INTERVAL = 0.3
 CONFIG = f"""

@@ -49,7 +49,7 @@ from mcpnode.host import Host
 # tomllib is 3.11+; tomli (the same parser) is a dependency on 3.10.
 tomllib = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "etc" / "mcpnode" / "mcpnode.toml"
 DOCS = REPO / "docs" / "config.md"
 FILE = "/etc/mcpnode/site-config.toml"  # what the errors must name

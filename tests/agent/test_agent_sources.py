@@ -29,7 +29,7 @@ import pytest
 from mcpnode.agent.loop import Loop
 from mcpnode.agent.sources import DeviceEvent, InjectSource
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_child(argv: list[str], script: str, params: dict[str, Any]) -> dict[str, Any]:
