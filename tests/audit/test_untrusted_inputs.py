@@ -20,9 +20,9 @@ from mcpnode.audit.expectation import ExpectError
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.probe.section import manifest_section
+from tests.cli.test_cli_errors import mcpnode  # the CLI as a real child process
 from tests.support import proberoot
 from tests.support.exportcase import HOSTS
-from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534

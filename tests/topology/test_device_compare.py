@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from mcpnode.cli.main import cli
 from mcpnode.codec.record import replace
 from mcpnode.topology.model import CpuSet
+from tests.cli.test_gpus_cli import nvml_calls, write_nvml
 from tests.device.compare import (
     GpuFacts,
     GpuReport,
@@ -38,7 +39,6 @@ from tests.device.compare import (
 )
 from tests.support.minihost import build
 from tests.support.nvsmi import parse_topo_matrix
-from tests.test_gpus_cli import nvml_calls, write_nvml
 
 TESTS = Path(__file__).resolve().parents[1]
 SAMPLE = TESTS / "device" / "sample-nvidia-smi-q.xml"

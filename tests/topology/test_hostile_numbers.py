@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mcpnode.probe.record import SNAPSHOT_PROBE_NAME
+from tests.cli.test_cli_errors import mcpnode  # the CLI as a real child process
 from tests.support.exportcase import HOSTS
-from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = "h100-nvl-pair"  # 80 CPUs (possible 0-79), two nodes, GPUs 0001:00:00.0, 0002:00:00.0

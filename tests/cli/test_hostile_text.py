@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_cli_errors import mcpnode  # the CLI as a real child process
 from tests.support import placeroot
 from tests.support.exportcase import HOSTS
 from tests.support.tuningcli import run_process
-from tests.test_cli_errors import mcpnode  # the CLI as a real child process
 from tools.fixturegen import nvmlgen
 from tools.fixturegen.fixturegen import write_host
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RED = "\x1b[31m"
 FORGED = "x\n  999 0 nvml"  # 14 bytes: fits TASK_COMM_LEN, starts a fake `ps` row
 NIC_NET = "sys/devices/pci0000:00/0000:00:02.3/0000:04:00.0/net"

@@ -15,7 +15,7 @@ import pytest
 
 from mcpnode.cli.color import use_color
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "tests/fixtures/hosts/h100-nvl-pair"
 ESC = b"\x1b["
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from mcpnode.cli.help_text import HELP
 from mcpnode.cli.main import cli
-from tests.test_outputs_stable import FIXTURES, GOLDEN, VIEWS
+from tests.cli.test_outputs_stable import FIXTURES, GOLDEN, VIEWS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.exportcase import HOSTS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ROOT = str(HOSTS / "h100-nvl-pair")
 PROFILES = "(profiles: base, inference-latency, inference-throughput; searched "
 

@@ -24,7 +24,7 @@ from tests.support.minihost import build
 
 NOT_A_SNAPSHOT = "NVML unavailable: NotRecorded: not a mcpnode snapshot (no mcpnode-snapshot.json)"
 
-HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
+HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 SNAPSHOT_META = "mcpnode-snapshot.json"
 NVSWITCH = PciAddress(0, 0x05, 0, 0)
 

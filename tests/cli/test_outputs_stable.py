@@ -1,7 +1,7 @@
 """What mcpnode prints for every fixture and every real sysfs dump stays byte for byte what it
 was: `topo` (matrix, tree, JSON) and `gpus` (text, JSON). Speed work on the read path, the model
 and the renderers must not change a byte; an intended change regenerates the hashes with
-`MCPNODE_UPDATE_GOLDEN=1 pytest tests/test_outputs_stable.py` and says why in its commit.
+`MCPNODE_UPDATE_GOLDEN=1 pytest tests/cli/test_outputs_stable.py` and says why in its commit.
 
 The committed fixtures are always compared; the dumps of ../shared/hosts when present (a plain
 clone lacks them: skipped with a message). Hashes, not copies: the outputs are large, and a
@@ -20,10 +20,10 @@ from click.testing import CliRunner
 
 from mcpnode.cli.main import cli
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-SHARED = HERE.parent.parent / "shared" / "hosts"
-GOLDEN = HERE / "fixtures" / "outputs.sha256.json"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+SHARED = TESTS.parent.parent / "shared" / "hosts"
+GOLDEN = TESTS / "fixtures" / "outputs.sha256.json"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if (p / "sys").is_dir())
 DUMPS = sorted(p.name.removesuffix(".tar.bz2") for p in SHARED.glob("*.tar.bz2"))
 VIEWS: dict[str, tuple[str, ...]] = {
