@@ -26,7 +26,7 @@ from tests.support import proberoot
 
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
