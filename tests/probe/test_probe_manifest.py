@@ -20,9 +20,9 @@ from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import content_hash, parse_manifest
 from mcpnode.probe.model import HostCase, dumps, parse_run
 from mcpnode.probe.section import manifest_section
+from tests.fleet.test_fleet_report import report_of, write_fleet
 from tests.jsonschema_mini import validate
 from tests.support import proberoot
-from tests.test_fleet_report import report_of, write_fleet
 
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"

@@ -34,9 +34,9 @@ from mcpnode.placement.manifest import content_hash, dumps
 from tests.jsonschema_mini import validate
 from tests.support import auditroot
 
-HERE = Path(__file__).resolve().parent
-HOSTS = HERE / "fixtures" / "hosts"
-SCHEMA_FILE = HERE.parent / "docs" / "fleet-report.schema.json"
+TESTS = Path(__file__).resolve().parents[1]
+HOSTS = TESTS / "fixtures" / "hosts"
+SCHEMA_FILE = TESTS.parent / "docs" / "fleet-report.schema.json"
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
