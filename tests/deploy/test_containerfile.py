@@ -1,7 +1,7 @@
 """The two builds of the image cannot drift apart: the Containerfile (registries and a runtime)
 and image/build.sh (`make image`, offline) install the same Debian packages on the same suite,
 run the same image/install.sh, and name the user install.sh creates. Static: runs everywhere,
-with or without a built image (tests/test_image.py checks the built one)."""
+with or without a built image (tests/deploy/test_image.py checks the built one)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONTAINERFILE = (REPO / "Containerfile").read_text()
 BUILD = (REPO / "image" / "build.sh").read_text()
 INSTALL = (REPO / "image" / "install.sh").read_text()
@@ -41,7 +41,8 @@ def test_scripts_parse() -> None:
 
 
 def test_hash_names_the_sources() -> None:
-    """`image/build.sh hash` (what tests/test_image.py compares) needs no root and no tools."""
+    """`image/build.sh hash` (what tests/deploy/test_image.py compares) needs no root and no
+    tools."""
     got = subprocess.run(
         ["bash", "image/build.sh", "hash"], cwd=REPO, capture_output=True, text=True, check=True
     )

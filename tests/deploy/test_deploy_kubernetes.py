@@ -17,9 +17,9 @@ import yaml
 
 from mcpnode.agent.config import parse_config, split_listen
 from mcpnode.audit import kubelet
-from tests.test_systemd_units import agent_write_paths
+from tests.deploy.test_systemd_units import agent_write_paths
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 # The oldest Kubernetes release still in wide use whose schemas are bundled, and the newest.
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 

@@ -34,7 +34,7 @@ import yaml
 
 from tests.support import auditroot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IMAGE_JSON = REPO / "build" / "image" / "image.json"
 FIXTURE = REPO / "tests" / "fixtures" / "hosts" / "hgx-h100-8gpu-8nic"
 NONROOT = "65532:65532"

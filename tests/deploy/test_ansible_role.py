@@ -35,7 +35,7 @@ from mcpnode.agent.config import parse_config
 from mcpnode.placement.manifest import content_hash, dumps, parse_manifest
 from tests.support import auditroot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
 BIN = Path(sys.executable).parent
 

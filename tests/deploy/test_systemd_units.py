@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 AGENT_UNIT = REPO / "systemd" / "mcpnode.service"
 AUDIT_UNIT = REPO / "systemd" / "mcpnode-audit.service"
 UNITS = (AGENT_UNIT, AUDIT_UNIT)
