@@ -169,7 +169,7 @@ def test_aligned_kubeadm_node_passes_everything(tmp_path: Path) -> None:
 
 def test_report_matches_the_audit_schema(tmp_path: Path) -> None:
     from mcpnode.cli import render_audit
-    from tests.jsonschema_mini import validate
+    from tests.support.schema import validate
 
     schema = json.loads((auditroot.TESTS.parent / "docs" / "audit-schema.json").read_text())
     report = audit(node(tmp_path, kubeadm(aligned_config("0-3"))))

@@ -22,8 +22,8 @@ from mcpnode.cli import render_audit
 from mcpnode.cli.main import cli
 from mcpnode.host import Host
 from mcpnode.snapshot import write_snapshot
-from tests.jsonschema_mini import validate
 from tests.support import auditroot
+from tests.support.schema import validate
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs/audit-schema.json").read_text())
 FIXED = datetime(2025, 1, 1, tzinfo=timezone.utc)

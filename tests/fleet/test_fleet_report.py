@@ -31,8 +31,8 @@ from mcpnode.fleet.report import FleetReport, compare, compare_property
 from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import content_hash, dumps
-from tests.jsonschema_mini import validate
 from tests.support import auditroot
+from tests.support.schema import validate
 
 TESTS = Path(__file__).resolve().parents[1]
 HOSTS = TESTS / "fixtures" / "hosts"
@@ -260,7 +260,8 @@ def test_each_outlier_under_its_property_and_nothing_else(fleet_dir: Path) -> No
     for p in report.properties:
         expected = FLEET_SIZE - sum(p.name in props for _, props in OUTLIERS.values())
         if p.name.startswith("probe_"):
-            expected = 0  # no host of this fleet ran a probe (tests/test_probe_fleet.py does)
+            # no host of this fleet ran a probe (tests/probe/test_probe_manifest.py does)
+            expected = 0
         assert p.majority_hosts == expected, p.name
 
 
@@ -361,7 +362,9 @@ def test_schema_rejects_unknown_fields(fleet_dir: Path) -> None:
     doc = json.loads(render.as_json(report_of(fleet_dir)))
     doc["properties"][0]["outliers"] = [{"host": "x", "value": None, "gpus": [], "why": "?"}]
     errors = validate(doc, json.loads(SCHEMA_FILE.read_text()))
-    assert errors == ["$.properties[0].outliers[0]: unexpected 'why'"]
+    assert errors == [
+        "$.properties[0].outliers[0]: Additional properties are not allowed ('why' was unexpected)"
+    ]
 
 
 def test_idle_gpu_at_gen1_is_no_outlier(tmp_path: Path, hgx: Manifest) -> None:

@@ -25,7 +25,7 @@ from mcpnode.placement.manifest import (
     dumps,
     parse_manifest,
 )
-from tests.jsonschema_mini import validate
+from tests.support.schema import validate
 
 TESTS = Path(__file__).resolve().parents[1]
 HOSTS = TESTS / "fixtures" / "hosts"
@@ -71,7 +71,9 @@ def test_schema_rejects_unknown_fields() -> None:
     schema = json.loads(SCHEMA_FILE.read_text())
     doc = load("hgx-h100-8gpu-8nic")
     doc["placement"]["gpus"][0]["slice"] = "1-2"
-    assert validate(doc, schema) == ["$.placement.gpus[0]: unexpected 'slice'"]
+    assert validate(doc, schema) == [
+        "$.placement.gpus[0]: Additional properties are not allowed ('slice' was unexpected)"
+    ]
 
 
 def test_hgx_contents() -> None:

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 
 from mcpnode.cli.main import main
 from mcpnode.errors import ProbeUnavailable
-from tests.jsonschema_mini import validate
 from tests.support import proberoot
+from tests.support.schema import validate
 
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"

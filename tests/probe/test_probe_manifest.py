@@ -21,8 +21,8 @@ from mcpnode.placement.manifest import content_hash, parse_manifest
 from mcpnode.probe.model import HostCase, dumps, parse_run
 from mcpnode.probe.section import manifest_section
 from tests.fleet.test_fleet_report import report_of, write_fleet
-from tests.jsonschema_mini import validate
 from tests.support import proberoot
+from tests.support.schema import validate
 
 HGX = "hgx-h100-8gpu-8nic"
 L40S = "pcie-4x-l40s-2socket"
@@ -95,7 +95,9 @@ def test_unreadable_kept_run_is_an_error_in_the_section(tmp_path: Path) -> None:
 def test_schema_refuses_an_unknown_probe_field(roots: dict[str, Path]) -> None:
     doc = copy.deepcopy(manifest(roots[L40S]))
     doc["probe"]["gpus"][0]["h2d"] = 1.0
-    assert validate(doc, SCHEMA) == ["$.probe.gpus[0]: unexpected 'h2d'"]
+    assert validate(doc, SCHEMA) == [
+        "$.probe.gpus[0]: Additional properties are not allowed ('h2d' was unexpected)"
+    ]
 
 
 # -- fleet -------------------------------------------------------------------------------------

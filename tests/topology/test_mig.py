@@ -18,7 +18,7 @@ from mcpnode.placement.build import make_manifest
 from mcpnode.placement.plan import plan_placement, select_gpus
 from mcpnode.topology.discover import discover
 from mcpnode.topology.nvml import RecordedNvml
-from tests.jsonschema_mini import validate
+from tests.support.schema import validate
 from tests.support.tuningcli import run_cli
 from tools.fixturegen import nvmlgen
 

@@ -2,7 +2,7 @@
 
     python3 tools/fixturegen/probegen.py --out tests/fixtures/probe
 
-writes one `<fixture>.json` per case below; tests/test_probe_fixtures.py checks the committed
+writes one `<fixture>.json` per case below; tests/probe/test_probe_model.py checks the committed
 files match. A test drops one into a copy of its fixture as `mcpnode-probe.json` (the place
 `mcpnode snapshot --probe` puts it), so the fixtures themselves stay as
 tools/fixturegen/fixturegen.py makes them.
