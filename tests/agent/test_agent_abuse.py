@@ -26,6 +26,7 @@ from mcpnode.agent.sources import DeviceEvent, InjectSource
 from tests.agent.test_agent_metrics import Bg, Log, pump, samples
 from tests.support import auditroot
 from tests.support.agentproc import AgentProc
+from tests.support.fixtures import RootFactory
 from tests.support.tuningcli import run_cli
 
 INTERVAL = 0.3
@@ -46,8 +47,8 @@ def sysctl(root: Path, key: str) -> Path:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = auditroot.build(tmp_path, auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": CONFIG})
+def root(audit_root: RootFactory) -> Path:
+    r = audit_root(auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": CONFIG})
     return r
 
 

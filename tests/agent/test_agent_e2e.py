@@ -27,6 +27,7 @@ import pytest
 
 from tests.support import auditroot
 from tests.support.agentproc import AgentProc
+from tests.support.fixtures import RootFactory
 
 GPU = "0000:18:00.0"  # GPU 0
 NIC = "0000:19:00.0"  # mlx5_0, beside GPU 0
@@ -291,8 +292,10 @@ def test_sigterm_rolls_back_and_exits_zero(run: Run) -> None:
     assert not (run.root / "run/mcpnode/agent.json").exists()
 
 
-def test_bad_config_at_start_exits_78_with_the_reason(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX)
+def test_bad_config_at_start_exits_78_with_the_reason(
+    tmp_path: Path, audit_root: RootFactory
+) -> None:
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text('[drift]\nmode = "fix"\n')
     agent = AgentProc(["--root", str(root)], tmp_path)
@@ -309,8 +312,8 @@ def test_bad_config_at_start_exits_78_with_the_reason(tmp_path: Path) -> None:
     assert not (root / "var/lib/mcpnode/tuning-journal.json").exists()
 
 
-def test_missing_profile_at_start_exits_78(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX)
+def test_missing_profile_at_start_exits_78(tmp_path: Path, audit_root: RootFactory) -> None:
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text('[tuning]\nprofile = "no-such"\n')
     agent = AgentProc(["--root", str(root)], tmp_path, abstract=True)
@@ -326,8 +329,8 @@ def test_missing_profile_at_start_exits_78(tmp_path: Path) -> None:
     assert any(m.startswith("STATUS=start failed") for _t, m in agent.messages)
 
 
-def test_abstract_notify_socket(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX)
+def test_abstract_notify_socket(tmp_path: Path, audit_root: RootFactory) -> None:
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text('[metrics]\nlisten = ""\n')
     agent = AgentProc(["--root", str(root)], tmp_path, abstract=True, watchdog_usec=None)
@@ -343,7 +346,7 @@ def test_abstract_notify_socket(tmp_path: Path) -> None:
     assert not any(m == "WATCHDOG=1" for _t, m in agent.messages)
 
 
-def test_agent_autopins_a_gpu_process(tmp_path: Path) -> None:
+def test_agent_autopins_a_gpu_process(tmp_path: Path, placed_root: Path) -> None:
     """The running agent pins a real process NVML lists on GPU 0 (replayed: the recording's
     compute-process answer names the child), all threads, to GPU 0's slice; a second one that
     narrowed its own affinity is left alone. The root is shaped like this 2-CPU machine."""
@@ -373,7 +376,7 @@ def test_agent_autopins_a_gpu_process(tmp_path: Path) -> None:
     try:
         for k in kids:
             assert k.stdout is not None and k.stdout.readline() == "ready\n"
-        root = placeroot.build(tmp_path / "root")
+        root = placed_root
         meta_path = root / "mcpnode-snapshot.json"
         meta = json.loads(meta_path.read_text())
         for call in meta["nvml"]["calls"]:
@@ -414,12 +417,12 @@ def test_agent_autopins_a_gpu_process(tmp_path: Path) -> None:
             k.wait()
 
 
-def test_closed_injection_pipe_does_not_spin(tmp_path: Path) -> None:
+def test_closed_injection_pipe_does_not_spin(tmp_path: Path, audit_root: RootFactory) -> None:
     """EOF on the --inject-fd pipe stays readable forever; the agent must stop watching it
     (it spun at 100 % of a core before) and go on idling."""
     import os
 
-    root = auditroot.build(tmp_path, auditroot.HGX)
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text('[metrics]\nlisten = ""\n')
     agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
@@ -443,11 +446,11 @@ def test_closed_injection_pipe_does_not_spin(tmp_path: Path) -> None:
     assert rc == 0
 
 
-def test_report_mode_reports_and_republishes(tmp_path: Path) -> None:
+def test_report_mode_reports_and_republishes(tmp_path: Path, audit_root: RootFactory) -> None:
     """drift.mode = "report": the key is logged and counted, never written back, and the
     manifest and the node_exporter textfile say it is in drift (they are republished when
     the set of drifted keys changes)."""
-    root = auditroot.build(tmp_path, auditroot.HGX)
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text(
         f'[drift]\nmode = "report"\ninterval = {INTERVAL}\n[metrics]\nlisten = ""\n'
@@ -482,11 +485,13 @@ def test_report_mode_reports_and_republishes(tmp_path: Path) -> None:
     assert "mcpnode_tuning_drift_keys 1.0" in prom
 
 
-def test_unreadable_journal_stops_writes_not_the_agent(tmp_path: Path) -> None:
+def test_unreadable_journal_stops_writes_not_the_agent(
+    tmp_path: Path, audit_root: RootFactory
+) -> None:
     """A journal that cannot be trusted stops every apply (STYLE: never treated as empty):
     mid-run the drift is reported and not written, the agent keeps running and says so in
     STATUS; at start it refuses to run (exit 1), before anything is written."""
-    root = auditroot.build(tmp_path, auditroot.HGX)
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text(
         f'[drift]\ninterval = {INTERVAL}\n[metrics]\nlisten = ""\n'
@@ -527,10 +532,12 @@ def test_unreadable_journal_stops_writes_not_the_agent(tmp_path: Path) -> None:
     assert start is not None and "recovering the tuning journal" in start["error"]
 
 
-def test_an_exporter_that_cannot_be_written_does_not_stop_the_agent(tmp_path: Path) -> None:
+def test_an_exporter_that_cannot_be_written_does_not_stop_the_agent(
+    tmp_path: Path, audit_root: RootFactory
+) -> None:
     """node_exporter's directory is a file here: the textfile cannot be written. The agent
     says so (export.failed, with the path) and still publishes the manifest and gets READY."""
-    root = auditroot.build(tmp_path, auditroot.HGX)
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text('[metrics]\nlisten = ""\n')
     (root / "var/lib").mkdir(parents=True, exist_ok=True)

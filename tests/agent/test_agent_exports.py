@@ -19,6 +19,7 @@ import pytest
 from mcpnode.agent.service import Agent
 from mcpnode.placement.exporters import nfd
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 CONFIG = """
 [drift]
@@ -68,10 +69,10 @@ class Notifier:
 
 
 @pytest.fixture
-def started(tmp_path: Path) -> Iterator[tuple[Agent, Path, Clock, Log]]:
+def started(audit_root: RootFactory) -> Iterator[tuple[Agent, Path, Clock, Log]]:
     from mcpnode.host import Host
 
-    root = auditroot.build(tmp_path, auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": CONFIG})
+    root = audit_root(auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": CONFIG})
     clock, log = Clock(), Log()
     agent = Agent(
         Host(root),
@@ -165,11 +166,11 @@ def test_stop_removes_the_live_files_and_keeps_the_hardware_ones(
     assert {e["kind"] for e in log.named("export.removed")} == {"nfd", "prom"}
 
 
-def test_no_expiry_when_configured_off(tmp_path: Path) -> None:
+def test_no_expiry_when_configured_off(audit_root: RootFactory) -> None:
     from mcpnode.host import Host
 
     config = CONFIG.replace("nfd_expiry = 300", "nfd_expiry = 0")
-    root = auditroot.build(tmp_path, auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": config})
+    root = audit_root(auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": config})
     agent = Agent(
         Host(root),
         Host("/"),

@@ -33,6 +33,7 @@ from mcpnode.topology.nvml import RecordedNvml
 from tests.agent.test_agent_metrics import Log, samples
 from tests.support import auditroot
 from tests.support.agentproc import AgentProc
+from tests.support.fixtures import RootFactory
 from tools.fixturegen import fixturegen, nvmlgen
 
 SICK = auditroot.SICK
@@ -74,9 +75,9 @@ class Seen:
 
 
 @pytest.fixture
-def hgx(tmp_path: Path) -> Iterator[tuple[Path, Host, Topology]]:
-    root = auditroot.build(
-        tmp_path, auditroot.HGX, files={"dev/kmsg": auditroot.kmsg(auditroot.HGX, auditroot.XID_13)}
+def hgx(audit_root: RootFactory) -> Iterator[tuple[Path, Host, Topology]]:
+    root = audit_root(
+        auditroot.HGX, files={"dev/kmsg": auditroot.kmsg(auditroot.HGX, auditroot.XID_13)}
     )
     with Host(root) as host:
         yield root, host, discover_host(host)
@@ -116,8 +117,8 @@ def test_kernel_log_backlog_then_new_records(hgx: tuple[Path, Host, Topology]) -
         w.close()
 
 
-def test_nvml_events_count_when_the_log_cannot_be_read(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX, files={"dev/kmsg": None})
+def test_nvml_events_count_when_the_log_cannot_be_read(audit_root: RootFactory) -> None:
+    root = audit_root(auditroot.HGX, files={"dev/kmsg": None})
     seen, log = Seen(), Log()
     with Host(root) as host:
         w = seen.watch(host, discover_host(host), RecordedNvml(event_calls("xid-79-then-13")), log)
@@ -293,8 +294,10 @@ def _metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return samples(resp.read())
 
 
-def test_agent_turns_an_xid_into_a_metric_an_event_and_an_unhealthy_gpu(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX)
+def test_agent_turns_an_xid_into_a_metric_an_event_and_an_unhealthy_gpu(
+    tmp_path: Path, audit_root: RootFactory
+) -> None:
+    root = audit_root(auditroot.HGX)
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text(CONFIG)
     agent = AgentProc(["--root", str(root)], tmp_path, watchdog_usec=None)
@@ -424,13 +427,14 @@ def _flood(start: int, count: int) -> str:
 
 def test_agent_under_a_kernel_log_flood_keeps_its_watchdog_and_its_memory(
     tmp_path: Path,
+    audit_root: RootFactory,
 ) -> None:
     """300,000 XIDs appended to the kernel log: the agent reads them in batches and its
     republish's audit counts them batch by batch, so the watchdog keeps being sent through a
     100,000-record burst and the republish after it (systemd kills the unit after WatchdogSec
     without one), nothing per event is kept (its RSS stays within 5 MiB of idle), the metrics'
     labels are held to its GPUs, and it says what it skipped."""
-    root = auditroot.build(tmp_path, auditroot.HGX)
+    root = audit_root(auditroot.HGX)
     bad = fixturegen.kmsg_record(1, 0, "x", 6).replace(",1,", "," + "9" * 5000 + ",", 1)
     with (root / "dev/kmsg").open("a") as fh:
         fh.write(bad)  # a 5,000-digit sequence number in the backlog: skipped, counted

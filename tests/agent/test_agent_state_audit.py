@@ -22,6 +22,7 @@ from mcpnode.state.agentstate import (
 )
 from mcpnode.tuning.active import active_profile
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 CONTESTED = ContestedKey("vm.swappiness", 3, 600.0, "2025-03-01T12:00:05+00:00", "60")
 STATE = AgentState(
@@ -45,8 +46,8 @@ def contested(findings: tuple[Finding, ...]) -> list[Finding]:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return auditroot.build(tmp_path, auditroot.HGX)
+def root(audit_root: RootFactory) -> Path:
+    return audit_root(auditroot.HGX)
 
 
 def test_contested_key_is_a_warn_finding(root: Path) -> None:
@@ -100,9 +101,8 @@ def test_only_contested_can_be_selected(root: Path) -> None:
     assert [f.id for f in report.findings] == ["tuning.contested"]
 
 
-def test_active_profile_prefers_the_agent(tmp_path: Path) -> None:
-    root = auditroot.build(
-        tmp_path,
+def test_active_profile_prefers_the_agent(audit_root: RootFactory) -> None:
+    root = audit_root(
         auditroot.NO_GPU,
         files={"etc/sysctl.d/90-mcpnode.conf": "# profile: inference-throughput (x)\n"},
     )
@@ -143,9 +143,9 @@ def test_active_profile_prefers_the_agent(tmp_path: Path) -> None:
         "contested-int",
     ],
 )
-def test_garbage_state_file_is_ignored(tmp_path: Path, text: str) -> None:
+def test_garbage_state_file_is_ignored(audit_root: RootFactory, text: str) -> None:
     assert parse_agent_state(text) is None
-    root = auditroot.build(tmp_path, auditroot.HGX)
+    root = audit_root(auditroot.HGX)
     path = state_file(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

@@ -22,6 +22,7 @@ import pytest
 
 from mcpnode.logs import PRIORITIES, journal_priority, stderr_is_journal
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 REPO = Path(__file__).resolve().parents[2]
 INFO = 6  # journald's default priority for a stream line without a prefix (SyslogLevel=info)
@@ -108,12 +109,10 @@ def test_no_prefix_when_stderr_is_not_the_named_stream() -> None:
     assert json.loads(lines[0])["event"] == "a.debug"
 
 
-def test_the_agent_logs_its_start_failure_as_an_error(tmp_path: Path) -> None:
+def test_the_agent_logs_its_start_failure_as_an_error(audit_root: RootFactory) -> None:
     """`mcpnode agent` with a configuration it refuses: exit 78, and the reason is in the
     journal at priority err, so `journalctl -p err -u mcpnode` shows why the unit failed."""
-    root = auditroot.build(
-        tmp_path, auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": "[drift]\nintervall = 5\n"}
-    )
+    root = audit_root(auditroot.HGX, files={"etc/mcpnode/mcpnode.toml": "[drift]\nintervall = 5\n"})
     rc, data = run_on_stream([sys.executable, "-m", "mcpnode", "agent", "--root", str(root)])
     assert rc == 78, data.decode()
     records = journal_records(data)

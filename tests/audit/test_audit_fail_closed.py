@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 from tests.support.tuningcli import run_cli
 
 
@@ -46,8 +47,10 @@ BOMBS = {
 
 
 @pytest.mark.parametrize("rel", sorted(BOMBS))
-def test_a_config_the_audit_cannot_parse_fails_naming_the_file(tmp_path: Path, rel: str) -> None:
-    root = auditroot.build(tmp_path, files={rel: BOMBS[rel]})
+def test_a_config_the_audit_cannot_parse_fails_naming_the_file(
+    audit_root: RootFactory, rel: str
+) -> None:
+    root = audit_root(files={rel: BOMBS[rel]})
     code, doc, err = audit(root, "--only", "container")
     assert code == 1, err
     assert doc is not None and doc["problems"] == []  # handled as a fact, not a collector crash

@@ -44,6 +44,7 @@ from mcpnode.host import Host
 from mcpnode.snapshot import write_snapshot
 from mcpnode.topology.model import PciAddress
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 from tools.fixturegen import fixturegen
 
 SICK = auditroot.SICK
@@ -273,9 +274,9 @@ def test_aer_counted_at_the_port_is_reported_as_such() -> None:
     ],
 )
 def test_nvml_errors_become_skips_with_the_reason(
-    tmp_path: Path, recording: str, fid: str, reason: str
+    audit_root: RootFactory, recording: str, fid: str, reason: str
 ) -> None:
-    root = auditroot.build(tmp_path, nvml=recording)
+    root = audit_root(nvml=recording)
     with Host(root) as host:
         from mcpnode.audit.run import run_audit
 
@@ -285,9 +286,9 @@ def test_nvml_errors_become_skips_with_the_reason(
     assert f.status.value == "SKIP" and reason in f.summary
 
 
-def test_function_not_found_driver_still_reports_throttling(tmp_path: Path) -> None:
+def test_function_not_found_driver_still_reports_throttling(audit_root: RootFactory) -> None:
     """R470 (DGX A100 of its era) has only nvmlDeviceGetCurrentClocksThrottleReasons."""
-    root = auditroot.build(tmp_path, auditroot.DGX, nvml="function-not-found")
+    root = audit_root(auditroot.DGX, nvml="function-not-found")
     from mcpnode.audit.run import run_audit
 
     with Host(root) as host:
@@ -314,7 +315,7 @@ def test_captured_snapshot_without_the_new_facts_skips_them() -> None:
 # -- the journal stands in for an unreadable /dev/kmsg ----------------------------------------
 
 
-def test_xids_from_the_journal_when_kmsg_is_not_there(tmp_path: Path) -> None:
+def test_xids_from_the_journal_when_kmsg_is_not_there(audit_root: RootFactory) -> None:
     from mcpnode.audit.gpu_xid import JOURNAL_ARGV
     from mcpnode.audit.run import run_audit
 
@@ -323,8 +324,7 @@ def test_xids_from_the_journal_when_kmsg_is_not_there(tmp_path: Path) -> None:
         "[200000.000001] hgx-h100-node01 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1, "
         "name=x, GPU has fallen off the bus.\n"
     )
-    root = auditroot.build(
-        tmp_path,
+    root = audit_root(
         files={"dev/kmsg": None},
         commands={" ".join(JOURNAL_ARGV): auditroot.answer(journal)},
     )
@@ -336,14 +336,14 @@ def test_xids_from_the_journal_when_kmsg_is_not_there(tmp_path: Path) -> None:
     assert f.evidence[0].source.startswith("journalctl -k -b")
 
 
-def test_nvml_events_stand_in_when_no_log_could_be_read(tmp_path: Path) -> None:
+def test_nvml_events_stand_in_when_no_log_could_be_read(audit_root: RootFactory) -> None:
     """The agent passes the XIDs NVML's event set gave it; without a kernel log they decide."""
     from mcpnode.audit import gpu_xid
     from mcpnode.audit.context import build_context
     from mcpnode.audit.xid import XidEvent
     from mcpnode.topology.discover import discover_host
 
-    root = auditroot.build(tmp_path, files={"dev/kmsg": None})
+    root = audit_root(files={"dev/kmsg": None})
     event = XidEvent(79, PciAddress(0, 0x3A, 0, 0), None, None, "NVML XID event", "nvml")
     with Host(root) as host:
         ctx = build_context(host, discover_host(host), observed_xids=(event,))
@@ -476,11 +476,10 @@ def test_parse_aer_of_linux_4_19_names_with_spaces() -> None:
         parse_aer("7\nTOTAL_ERR_COR 0\n", "correctable")
 
 
-def test_device_without_aer_capability_is_judged_by_its_port(tmp_path: Path) -> None:
+def test_device_without_aer_capability_is_judged_by_its_port(audit_root: RootFactory) -> None:
     """The kernel creates aer_dev_* only for a device with the AER capability; its port's
     counters still say what happened on the link."""
-    root = auditroot.build(
-        tmp_path,
+    root = audit_root(
         device_files={
             auditroot.SICK_PORT: {"aer_dev_fatal": fixturegen.aer_text("fatal", {"DLP": 1})}
         },
@@ -494,10 +493,10 @@ def test_device_without_aer_capability_is_judged_by_its_port(tmp_path: Path) -> 
     assert any("no AER capability" in e.value for e in f.evidence)
 
 
-def test_malformed_aer_file_is_a_fail_naming_it(tmp_path: Path) -> None:
+def test_malformed_aer_file_is_a_fail_naming_it(audit_root: RootFactory) -> None:
     from mcpnode.audit.run import run_audit
 
-    root = auditroot.build(tmp_path, device_files={SICK: {"aer_dev_fatal": "garbage\n"}})
+    root = audit_root(device_files={SICK: {"aer_dev_fatal": "garbage\n"}})
     with Host(root) as host:
         report = run_audit(host, only=["pcie.aer"])
     (f,) = [x for x in report.findings if x.subject == SICK]
@@ -681,12 +680,12 @@ def test_topo_p2p_hgx_is_nvlink_everywhere() -> None:
     assert "Legend:" in text and "CNS  = Chipset not supported" in text
 
 
-def test_topo_p2p_shows_acs_on_the_path(tmp_path: Path) -> None:
+def test_topo_p2p_shows_acs_on_the_path(audit_root: RootFactory) -> None:
     spec = {
         a: {"config": auditroot.config_with_acs(auditroot.L40S, a, 0x1D)}
         for a in ("0000:40:01.1", "0000:60:01.1")
     }
-    root = auditroot.build(tmp_path, auditroot.L40S, device_files=spec)
+    root = audit_root(auditroot.L40S, device_files=spec)
     text = _p2p(root)
     mine = _matrix(text, "mcpnode peer-to-peer readiness")
     assert mine["GPU0", "GPU1"] == "ACS"  # both root ports redirect

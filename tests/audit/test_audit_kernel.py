@@ -16,6 +16,7 @@ from mcpnode.codec.reading import Absent, Unreadable
 from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 
 @pytest.mark.parametrize(
@@ -76,8 +77,8 @@ def test_nouveau_bound_fails(tmp_path: Path) -> None:
     assert any(e.value == "nouveau" for e in f.evidence)
 
 
-def test_peermem_needs_rdma_and_gpus(tmp_path: Path) -> None:
-    pair = auditroot.build(tmp_path, "h100-nvl-pair")  # two GPUs, no RDMA NIC
+def test_peermem_needs_rdma_and_gpus(audit_root: RootFactory) -> None:
+    pair = audit_root("h100-nvl-pair")  # two GPUs, no RDMA NIC
     with Host(pair) as h:
         report = run_audit(h, only=["kernel.module.nvidia_peermem"])
     (f,) = report.findings
@@ -110,8 +111,8 @@ def test_bbr_not_asked_for_skips() -> None:
     assert f.status is Status.SKIP and "does not ask" in f.summary
 
 
-def test_bbr_profile_that_does_not_load_skips(tmp_path: Path) -> None:
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU)) as h:
+def test_bbr_profile_that_does_not_load_skips(audit_root: RootFactory) -> None:
+    with Host(audit_root(auditroot.NO_GPU)) as h:
         report = run_audit(h, only=["kernel.tcp_bbr", "tuning"], profile="no-such-profile")
     statuses = {f.id: f.status.value for f in report.findings}
     assert statuses == {"kernel.tcp_bbr": "SKIP", "tuning.profile": "FAIL"}

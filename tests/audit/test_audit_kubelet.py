@@ -21,6 +21,7 @@ from mcpnode.host import Host
 from mcpnode.placement.build import build_all, make_manifest
 from mcpnode.placement.manifest import MANIFEST_PATH, dumps
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 HOST = auditroot.HGX  # 2 sockets with SMT: first-core housekeeping is two cores' threads
 CONFIG = "var/lib/kubelet/config.yaml"
@@ -196,8 +197,8 @@ def test_defaults_warn_and_say_how(tmp_path: Path) -> None:
     assert "cpu_manager_state" in (cpu.remedy or "")
 
 
-def test_a_node_without_gpus_has_nothing_to_align(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.NO_GPU, files=kubeadm(HEAD))
+def test_a_node_without_gpus_has_nothing_to_align(audit_root: RootFactory) -> None:
+    root = audit_root(auditroot.NO_GPU, files=kubeadm(HEAD))
     report = audit(root)
     assert status(report) == {
         "kubelet.config": "PASS",

@@ -23,6 +23,7 @@ from mcpnode.cli.main import cli
 from mcpnode.host import Host
 from mcpnode.snapshot import write_snapshot
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 from tests.support.schema import validate
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs/audit-schema.json").read_text())
@@ -95,12 +96,12 @@ def _area(prefix: str, calls: list[str], fail: str | None = None) -> Area:
     return Area(prefix, prefix.title(), collect, check)
 
 
-def test_a_failing_collector_or_check_is_a_fail_and_a_problem(tmp_path: Path) -> None:
+def test_a_failing_collector_or_check_is_a_fail_and_a_problem(audit_root: RootFactory) -> None:
     """An area that could not be verified fails the gate: SKIP would let a host whose
     configuration could not even be read through."""
     calls: list[str] = []
     areas = [_area("aa", calls, "collect"), _area("bb", calls, "check"), _area("cc", calls)]
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU)) as h:
+    with Host(audit_root(auditroot.NO_GPU)) as h:
         report = run_audit(h, areas=areas, now=FIXED)
     assert [(f.id, f.status) for f in report.findings] == [
         ("aa.audit", Status.FAIL),
@@ -116,32 +117,33 @@ def test_a_failing_collector_or_check_is_a_fail_and_a_problem(tmp_path: Path) ->
     assert report.generated_at == "2025-01-01T00:00:00+00:00"
 
 
-def test_unselected_areas_read_nothing(tmp_path: Path) -> None:
+def test_unselected_areas_read_nothing(audit_root: RootFactory) -> None:
     calls: list[str] = []
     areas = [_area("aa", calls), _area("bb", calls), _area("cc", calls)]
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU)) as h:
+    with Host(audit_root(auditroot.NO_GPU)) as h:
         report = run_audit(h, areas=areas, only=["bb.*"], skip=["cc"])
     assert calls == ["collect bb", "check bb"]
     assert [f.id for f in report.findings] == ["bb.one"]
 
 
-def test_a_star_in_the_first_segment_reaches_every_area(tmp_path: Path) -> None:
+def test_a_star_in_the_first_segment_reaches_every_area(
+    tmp_path: Path, audit_root: RootFactory
+) -> None:
     calls: list[str] = []
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU)) as h:
+    with Host(audit_root(auditroot.NO_GPU)) as h:
         report = run_audit(h, areas=[_area("aa", calls), _area("bb", calls)], only=["*.one"])
     assert [f.id for f in report.findings] == ["aa.one", "bb.one"]
     report = auditroot.audit_case(tmp_path / "hgx", "hgx-healthy", only=["*fabric*"])
     assert {f.id for f in report.findings} == {"gpu.fabric"}
 
 
-def test_context(tmp_path: Path) -> None:
+def test_context(audit_root: RootFactory) -> None:
     ctx = auditroot.context(auditroot.HGX)
     assert (ctx.gpu_count_sysfs, ctx.gpu_count_nvml, ctx.driver_version) == (8, 8, "570.133.20")
     assert ctx.has_rdma and ctx.has_gpus and ctx.cgroup_mode == "v2" and ctx.is_root
     assert ctx.profile == "base"
     # NVML unavailable: the driver version comes from /proc/driver/nvidia/version
-    root = auditroot.build(
-        tmp_path,
+    root = audit_root(
         nvml="driver-not-loaded",
         euid=1000,
         files={
@@ -326,8 +328,8 @@ GARBAGE: dict[str, str | None] = {
 }
 
 
-def test_garbage_never_crashes(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, files=GARBAGE)
+def test_garbage_never_crashes(audit_root: RootFactory) -> None:
+    root = audit_root(files=GARBAGE)
     with Host(root) as h:
         report = run_audit(h, now=FIXED)
     assert report.problems == ()
@@ -337,8 +339,8 @@ def test_garbage_never_crashes(tmp_path: Path) -> None:
     assert got["numa.balancing"] == "WARN"  # "banana" is not 0
 
 
-def test_directories_and_loops_where_files_are_expected(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, files={"proc/modules": None, "proc/cmdline": None})
+def test_directories_and_loops_where_files_are_expected(audit_root: RootFactory) -> None:
+    root = audit_root(files={"proc/modules": None, "proc/cmdline": None})
     (root / "proc/modules").mkdir()
     (root / "proc/cmdline").symlink_to("cmdline")  # ELOOP
     group = auditroot.device_dir(root, "0000:18:00.0") / "iommu_group"
@@ -351,8 +353,8 @@ def test_directories_and_loops_where_files_are_expected(tmp_path: Path) -> None:
     assert "unreadable" in got["kernel.module.nvidia"].evidence[0].value
 
 
-def test_malformed_snapshot_metadata(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path)
+def test_malformed_snapshot_metadata(audit_root: RootFactory) -> None:
+    root = audit_root()
     (root / "mcpnode-snapshot.json").write_text("{not json")
     with Host(root) as h:
         report = run_audit(h)

@@ -11,6 +11,7 @@ from mcpnode.audit.run import run_audit
 from mcpnode.host import Host
 from mcpnode.tuning.active import active_profile
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 
 def test_applied_profile_passes(tmp_path: Path) -> None:
@@ -46,17 +47,17 @@ def test_drift_and_override(tmp_path: Path) -> None:
     assert override.remedy is not None and "99-local.conf" in override.remedy
 
 
-def test_keys_missing_from_the_root_are_one_info(tmp_path: Path) -> None:
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU, healthy=False)) as h:
+def test_keys_missing_from_the_root_are_one_info(audit_root: RootFactory) -> None:
+    with Host(audit_root(auditroot.NO_GPU, healthy=False)) as h:
         report = run_audit(h, only=["tuning"], profile="base")
     got = {f.id: f.status.value for f in report.findings}
     assert got == {"tuning.drift": "SKIP", "tuning.unsupported": "INFO"}
 
 
-def test_untuned_host_is_info_not_fail(tmp_path: Path) -> None:
+def test_untuned_host_is_info_not_fail(audit_root: RootFactory) -> None:
     """No agent, journal, persisted file or config: nobody chose a profile, so nothing FAILs
     against one; the one finding says how to tune it."""
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU, healthy=False)) as h:
+    with Host(audit_root(auditroot.NO_GPU, healthy=False)) as h:
         report = run_audit(h)
     tuning = [f for f in report.findings if f.area == "tuning"]
     assert [(f.id, f.status) for f in tuning] == [("tuning.profile", Status.INFO)]
@@ -65,9 +66,8 @@ def test_untuned_host_is_info_not_fail(tmp_path: Path) -> None:
     assert report.profile is None
 
 
-def test_active_profile_from_the_persisted_file(tmp_path: Path) -> None:
-    root = auditroot.build(
-        tmp_path,
+def test_active_profile_from_the_persisted_file(tmp_path: Path, audit_root: RootFactory) -> None:
+    root = audit_root(
         auditroot.NO_GPU,
         files={"etc/sysctl.d/90-mcpnode.conf": "# Generated\n# profile: inference-latency (x)\n"},
     )
@@ -80,8 +80,8 @@ def test_active_profile_from_the_persisted_file(tmp_path: Path) -> None:
         assert active_profile(h).name is None
 
 
-def test_unknown_profile_is_a_fail_not_a_crash(tmp_path: Path) -> None:
-    with Host(auditroot.build(tmp_path, auditroot.NO_GPU)) as h:
+def test_unknown_profile_is_a_fail_not_a_crash(audit_root: RootFactory) -> None:
+    with Host(audit_root(auditroot.NO_GPU)) as h:
         report = run_audit(h, only=["tuning"], profile="nope")
     (f,) = report.findings
     assert (f.id, f.status) == ("tuning.profile", Status.FAIL)

@@ -8,8 +8,6 @@ end up in; this file holds the parser's and the policy's tables.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from mcpnode.agent.config import ConfigError, parse_config
@@ -26,6 +24,7 @@ from mcpnode.audit.xid_policy import (
 )
 from mcpnode.host import Host
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 SICK = auditroot.SICK
 
@@ -294,9 +293,8 @@ def test_agent_config_validates_audit_xid() -> None:
         parse_config('[audit.xid]\npolicy = "all"\n', "m.toml")
 
 
-def test_bad_policy_in_the_root_is_a_fail_and_nvidia_decides(tmp_path: Path) -> None:
-    root = auditroot.build(
-        tmp_path,
+def test_bad_policy_in_the_root_is_a_fail_and_nvidia_decides(audit_root: RootFactory) -> None:
+    root = audit_root(
         files={
             "dev/kmsg": auditroot.kmsg(auditroot.HGX, auditroot.XID_79),
             "etc/mcpnode/mcpnode.toml": '[audit.xid]\nfail = ["x"]\n',

@@ -122,7 +122,7 @@ def test_nic_rate_in_range_is_kept() -> None:
     assert parse_table({"nic_rate_gbps": 400}, "x.toml").nic_rate_gbps == 400.0
 
 
-def probe_root(tmp_path: Path, *, uid: int, dir_mode: int) -> Path:
+def kept_probe_root(tmp_path: Path, *, uid: int, dir_mode: int) -> Path:
     """The L40S fixture with its recorded run kept where `mcpnode probe` keeps it."""
     dest = proberoot.build(tmp_path / "root", L40S)
     text = (dest / "mcpnode-probe.json").read_text()
@@ -134,7 +134,7 @@ def probe_root(tmp_path: Path, *, uid: int, dir_mode: int) -> Path:
 
 
 def test_manifest_refuses_a_probe_run_planted_by_nobody(tmp_path: Path) -> None:
-    root = probe_root(tmp_path, uid=NOBODY, dir_mode=0o777)
+    root = kept_probe_root(tmp_path, uid=NOBODY, dir_mode=0o777)
     section = make_manifest(Host(root), now=NOW, probe=manifest_section)["probe"]
     assert section["gpus"] == [] and section["peers"] == []
     assert section["error"].startswith("/var/lib/mcpnode/probe.json: cannot be used: refusing")
@@ -146,13 +146,13 @@ def test_manifest_refuses_a_probe_run_planted_by_nobody(tmp_path: Path) -> None:
 
 
 def test_manifest_refuses_a_root_owned_run_in_a_world_writable_directory(tmp_path: Path) -> None:
-    root = probe_root(tmp_path, uid=0, dir_mode=0o777)
+    root = kept_probe_root(tmp_path, uid=0, dir_mode=0o777)
     section = make_manifest(Host(root), now=NOW, probe=manifest_section)["probe"]
     assert section["gpus"] == [] and "cannot be used" in section["error"]
 
 
 def test_manifest_carries_a_root_owned_probe_run(tmp_path: Path) -> None:
-    root = probe_root(tmp_path, uid=0, dir_mode=0o755)
+    root = kept_probe_root(tmp_path, uid=0, dir_mode=0o755)
     section = make_manifest(Host(root), now=NOW, probe=manifest_section)["probe"]
     assert section["error"] is None
     assert section["source"] == "/var/lib/mcpnode/probe.json"

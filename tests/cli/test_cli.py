@@ -36,8 +36,8 @@ def test_help_does_not_import_heavy_modules() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_topo_matrix_and_json(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_topo_matrix_and_json(mini_root: Path) -> None:
+    root = mini_root
     runner = CliRunner()
     res = runner.invoke(cli, ["topo", "--root", str(root)])
     assert res.exit_code == 0, res.output
@@ -53,8 +53,8 @@ def test_topo_matrix_and_json(tmp_path: Path) -> None:
     assert doc["gpus"][0]["vendor_id"] == "0x10de"
 
 
-def test_topo_tree_marks_downtrained_links(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_topo_tree_marks_downtrained_links(mini_root: Path) -> None:
+    root = mini_root
     gpu = root / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
     (gpu / "current_link_width").write_text("8\n")
     res = CliRunner().invoke(cli, ["topo", "--root", str(root), "--tree"])
@@ -64,8 +64,8 @@ def test_topo_tree_marks_downtrained_links(tmp_path: Path) -> None:
     assert "pci.link.width-downtrained" in res.output
 
 
-def test_no_gpu_host_says_so(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_no_gpu_host_says_so(mini_root: Path) -> None:
+    root = mini_root
     (root / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/class").write_text("0x010802\n")
     res = CliRunner().invoke(cli, ["topo", "--root", str(root)])
     assert res.exit_code == 0

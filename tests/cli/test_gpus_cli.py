@@ -242,8 +242,8 @@ def test_no_gpu_host() -> None:
     assert doc["gpus"] == []
 
 
-def test_plain_dump_lists_sysfs_gpus_and_says_nvml_is_unavailable(tmp_path: Path) -> None:
-    root = build(tmp_path)  # a sysfs dump, no mcpnode-snapshot.json
+def test_plain_dump_lists_sysfs_gpus_and_says_nvml_is_unavailable(mini_root: Path) -> None:
+    root = mini_root  # a sysfs dump, no mcpnode-snapshot.json
     res = CliRunner().invoke(cli, ["gpus", "--root", str(root)])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
@@ -277,8 +277,8 @@ def test_plain_dump_lists_sysfs_gpus_and_says_nvml_is_unavailable(tmp_path: Path
 # -- NVML answers replayed from a hand-written recording ----------------------------------------
 
 
-def test_recorded_nvml_fills_the_row(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_recorded_nvml_fills_the_row(mini_root: Path) -> None:
+    root = mini_root
     write_nvml(root, nvml_calls(remapped=(0, 1, 1, 0)))
     res = CliRunner().invoke(cli, ["gpus", "--root", str(root)])
     assert res.exit_code == 0, res.output
@@ -326,8 +326,8 @@ def test_recorded_nvml_fills_the_row(tmp_path: Path) -> None:
     assert ["serial", "NotRecorded"] in gpu["nvml"]["unavailable"]
 
 
-def test_recorded_nvml_pcie_gpu_without_nvlink(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_recorded_nvml_pcie_gpu_without_nvlink(mini_root: Path) -> None:
+    root = mini_root
     write_nvml(root, nvml_calls(name="NVIDIA H100 PCIe", links=0, pcie=(1, 5, 16, 16)))
     res = CliRunner().invoke(cli, ["gpus", "--root", str(root)])
     (row,) = parse_table(res.output)
@@ -448,8 +448,8 @@ def test_lost_gpu_has_unknown_links(tmp_path: Path) -> None:
     assert cells["NVLINK"] == "-"
 
 
-def test_sysfs_pcie_fallback_maps_speed_to_generation(tmp_path: Path) -> None:
-    with Host(build(tmp_path)) as host:
+def test_sysfs_pcie_fallback_maps_speed_to_generation(mini_root: Path) -> None:
+    with Host(mini_root) as host:
         topo = discover(host)  # no NVML asked: topo.nvml is None
     cells = dict(zip(render_gpus.HEADER, render_gpus.row(topo.gpus[0]), strict=True))
     assert cells["PCIE GEN"] == "5/5*"  # 32 GT/s
@@ -482,8 +482,8 @@ def test_help_lists_gpus() -> None:
         ('{"nvml": {"nocalls": []}}', "mcpnode-snapshot.json is malformed"),
     ],
 )
-def test_unusable_snapshot_metadata_says_why(tmp_path: Path, meta: str, reason: str) -> None:
-    root = build(tmp_path)
+def test_unusable_snapshot_metadata_says_why(mini_root: Path, meta: str, reason: str) -> None:
+    root = mini_root
     (root / "mcpnode-snapshot.json").write_text(meta)
     res = CliRunner().invoke(cli, ["gpus", "--root", str(root)])
     assert res.exit_code == 0, res.output

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -14,6 +13,7 @@ from mcpnode.audit.model import AuditReport, Evidence, Finding, Status
 from mcpnode.cli import render_audit, render_placement
 from mcpnode.cli.main import cli
 from tests.support import auditroot
+from tests.support.fixtures import RootFactory
 
 # `?` standing alone (`driver ?`, `(?)`, `=?`), or the word None
 UNTUNED = "etc/sysctl.d/90-mcpnode.conf"  # the persisted file names the profile
@@ -44,8 +44,8 @@ def test_audit_header_without_host_kernel_or_profile() -> None:
     assert not BARE.search(head)
 
 
-def test_manifest_show_without_profile_driver_or_node(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX, files={UNTUNED: None})
+def test_manifest_show_without_profile_driver_or_node(audit_root: RootFactory) -> None:
+    root = audit_root(auditroot.HGX, files={UNTUNED: None})
     res = CliRunner().invoke(cli, ["manifest", "show", "--root", str(root), "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -59,8 +59,8 @@ def test_manifest_show_without_profile_driver_or_node(tmp_path: Path) -> None:
     assert not BARE.search(text), text
 
 
-def test_verify_json_without_an_active_profile_is_json(tmp_path: Path) -> None:
-    root = auditroot.build(tmp_path, auditroot.HGX, files={UNTUNED: None})
+def test_verify_json_without_an_active_profile_is_json(audit_root: RootFactory) -> None:
+    root = audit_root(auditroot.HGX, files={UNTUNED: None})
     res = CliRunner().invoke(cli, ["verify", "--root", str(root), "--format", "json"])
     assert res.exit_code == 3
     doc = json.loads(res.stdout)

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from mcpnode.host import Host
-from tests.support.minihost import build
 
 
 def test_live_command_and_missing_program() -> None:
@@ -26,12 +25,12 @@ def test_shell_metacharacters_are_arguments_not_shell() -> None:
     assert res.stdout == "$(id) ; |\n"
 
 
-def test_recording_and_replay(tmp_path: Path) -> None:
+def test_recording_and_replay(mini_root: Path) -> None:
     live = Host("/")
     with live.recording() as rec:
         live.command(("uname", "-s"))
         live.command(("mcpnode-no-such-program-xyz",))
-    root = build(tmp_path)
+    root = mini_root
     (root / "mcpnode-snapshot.json").write_text(json.dumps({"commands": rec.commands}))
     replay = Host(root)
     assert replay.command(("uname", "-s")).stdout == "Linux\n"
@@ -40,8 +39,8 @@ def test_recording_and_replay(tmp_path: Path) -> None:
     assert not unknown.found and unknown.reason == "not recorded in this snapshot"
 
 
-def test_garbage_snapshot_metadata_means_not_recorded(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_garbage_snapshot_metadata_means_not_recorded(mini_root: Path) -> None:
+    root = mini_root
     (root / "mcpnode-snapshot.json").write_text("{not json")
     res = Host(root).command(("uname", "-r"))
     assert not res.found and res.reason == "not recorded in this snapshot"

@@ -355,10 +355,10 @@ def test_every_hostile_value_is_refused_before_a_unit_file(tmp_path: Path) -> No
 
 
 @needs_root
-def test_apply_never_places_irqs_from_a_planted_manifest(tmp_path: Path) -> None:
+def test_apply_never_places_irqs_from_a_planted_manifest(irq_root: irqroot.IrqRoot) -> None:
     """A nobody-owned manifest in a 0777 /run/mcpnode that moves housekeeping onto CPU 5: apply
     says it does not trust it, discovers, and places the interrupts by discovery's partition."""
-    r = irqroot.build(tmp_path / "root")
+    r = irq_root
     assert run_cli("manifest", "publish", "--root", str(r.root))[0] == 0
 
     def change(d: dict[str, Any]) -> None:

@@ -119,10 +119,10 @@ def test_ps_with_only_placed_processes_exits_zero(tmp_path: Path) -> None:
 
 
 @needs_machine
-def test_pin_migrate_reports_numa_maps_before_and_after(tmp_path: Path) -> None:
+def test_pin_migrate_reports_numa_maps_before_and_after(placed_root: Path) -> None:
     child = start("0,1")
     try:
-        root = placeroot.build(tmp_path / "root")
+        root = placed_root
         code, out, err = run_cli(
             "pin", str(child.pid), "--gpu", "0", "--migrate", "--fresh", "--root", str(root)
         )

@@ -15,7 +15,6 @@ from mcpnode.errors import UsageError
 from mcpnode.placement.apply import Target
 from mcpnode.placement.systemd import DROPIN_NAME, quote_assignment, render_dropin, unit_name
 from mcpnode.topology.model import CpuSet
-from tests.support import placeroot
 from tests.support.tuningcli import run_cli
 
 UUID = "GPU-3126d961-2891-5574-b3c1-87ce3c1e6eb9"
@@ -36,8 +35,8 @@ Environment="CUDA_VISIBLE_DEVICES={UUID}" "CUDA_DEVICE_ORDER=PCI_BUS_ID" \
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return placeroot.build(tmp_path / "root")
+def root(placed_root: Path) -> Path:
+    return placed_root
 
 
 def test_prints_the_dropin(root: Path) -> None:

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from mcpnode.cli.main import main
 from mcpnode.errors import ProbeUnavailable
 from tests.support import proberoot
+from tests.support.fixtures import RootFactory
 from tests.support.schema import validate
 
 HGX = "hgx-h100-8gpu-8nic"
@@ -134,10 +135,10 @@ def test_recorded_root_without_a_run(run: Run) -> None:
     ],
 )
 def test_bad_recorded_run_is_one_line_exit_65(
-    tmp_path: Path, run: Run, edit: Callable[[str], str], message: str
+    probe_root: RootFactory, run: Run, edit: Callable[[str], str], message: str
 ) -> None:
     text = (proberoot.RUNS / f"{L40S}.json").read_text()
-    root = proberoot.build(tmp_path / "root", L40S, edit(text))
+    root = probe_root(L40S, edit(text))
     before = sorted(p.name for p in root.iterdir())
     code, out, err = run(["probe", "--root", str(root)])
     assert (code, out) == (65, "")

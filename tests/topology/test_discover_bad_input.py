@@ -45,8 +45,8 @@ def assert_intact(topo: Topology) -> None:
     assert topo.cpus.online.cpulist() == "0-1"
 
 
-def test_clean_minihost_has_no_problems(tmp_path: Path) -> None:
-    topo = run(build(tmp_path))
+def test_clean_minihost_has_no_problems(mini_root: Path) -> None:
+    topo = run(mini_root)
     assert topo.problems == ()
     assert_intact(topo)
     gpu = topo.gpus[0]
@@ -73,9 +73,9 @@ def test_clean_minihost_has_no_problems(tmp_path: Path) -> None:
     ],
 )
 def test_garbage_file_is_a_problem(
-    tmp_path: Path, rel: str, content: str, code: str | None
+    mini_root: Path, rel: str, content: str, code: str | None
 ) -> None:
-    root = build(tmp_path)
+    root = mini_root
     put(root, rel, content)
     topo = run(root)
     if code is not None:
@@ -100,8 +100,8 @@ def test_garbage_file_is_a_problem(
         "proc/sys/kernel/hostname",
     ],
 )
-def test_missing_file_is_absence_not_a_crash(tmp_path: Path, rel: str) -> None:
-    root = build(tmp_path)
+def test_missing_file_is_absence_not_a_crash(mini_root: Path, rel: str) -> None:
+    root = mini_root
     (root / rel).unlink()
     topo = run(root)
     if rel.endswith("vendor"):
@@ -113,9 +113,9 @@ def test_missing_file_is_absence_not_a_crash(tmp_path: Path, rel: str) -> None:
         assert (topo.gpus[0].numa_node, topo.gpus[0].numa_source) == (0, "ancestor")
 
 
-def test_numa_unknown_is_never_zero(tmp_path: Path) -> None:
+def test_numa_unknown_is_never_zero(mini_root: Path) -> None:
     """-1 everywhere and local CPUs spanning two nodes: unknown, recorded."""
-    root = build(tmp_path)
+    root = mini_root
     split_into_two_nodes(root)
     for rel in (
         "sys/devices/pci0000:00/0000:00:01.0",
@@ -130,8 +130,8 @@ def test_numa_unknown_is_never_zero(tmp_path: Path) -> None:
     assert GPU in codes(topo)["pci.numa.unknown"]
 
 
-def test_disagreeing_sources_are_recorded(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_disagreeing_sources_are_recorded(mini_root: Path) -> None:
+    root = mini_root
     split_into_two_nodes(root)
     put(root, f"{GPU_DIR}/numa_node", "1\n")  # own 1, root port 0, local CPUs 0-1
     topo = run(root)
@@ -141,8 +141,8 @@ def test_disagreeing_sources_are_recorded(tmp_path: Path) -> None:
     assert GPU in found["pci.numa.local-cpus-disagree"]
 
 
-def test_symlink_cycle_and_dangling_links(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_symlink_cycle_and_dangling_links(mini_root: Path) -> None:
+    root = mini_root
     (root / GPU_DIR / "local_cpulist").unlink()
     link(root, f"{GPU_DIR}/local_cpulist", "local_cpulist2")
     link(root, f"{GPU_DIR}/local_cpulist2", "local_cpulist")
@@ -157,9 +157,9 @@ def test_symlink_cycle_and_dangling_links(tmp_path: Path) -> None:
     assert_intact(topo)
 
 
-def test_absolute_symlink_stays_inside_root(tmp_path: Path) -> None:
+def test_absolute_symlink_stays_inside_root(mini_root: Path) -> None:
     """A link to /etc/hostname resolves to ROOT/etc/hostname, never the host's file."""
-    root = build(tmp_path)
+    root = mini_root
     (root / GPU_DIR / "numa_node").unlink()
     link(root, f"{GPU_DIR}/numa_node", "/etc/hostname")
     link(root, f"{NIC_DIR}/numa_node", "../../../../../../../../../../../etc/hostname")
@@ -223,8 +223,8 @@ def test_empty_root_gives_empty_topology_with_problems(tmp_path: Path) -> None:
     assert "numa.none" in codes(topo)
 
 
-def test_fifo_in_a_directory_root_does_not_hang(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_fifo_in_a_directory_root_does_not_hang(mini_root: Path) -> None:
+    root = mini_root
     (root / GPU_DIR / "numa_node").unlink()
     os.mkfifo(root / GPU_DIR / "numa_node")
     topo = run(root)  # a blocking open would hang here forever

@@ -22,7 +22,7 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import Topology
-from tests.support.minihost import GPU, GPU_DIR, build, put
+from tests.support.minihost import GPU, GPU_DIR, put
 from tools.fixturegen import fixturegen
 
 QIB = "0000:01:00.0"
@@ -177,14 +177,14 @@ def gpu_local_cpus(topo: Topology) -> str | None:
     return None if gpu.local_cpus is None else gpu.local_cpus.cpulist()
 
 
-def test_mask_and_list_agreeing_is_no_problem(tmp_path: Path) -> None:
-    topo = run(build(tmp_path))  # local_cpulist 0-1, local_cpus 00000003
+def test_mask_and_list_agreeing_is_no_problem(mini_root: Path) -> None:
+    topo = run(mini_root)  # local_cpulist 0-1, local_cpus 00000003
     assert problems(topo, "pci.local-cpus.disagree") == []
     assert gpu_local_cpus(topo) == "0-1"
 
 
-def test_mask_and_list_disagreeing_is_a_problem_naming_both(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_mask_and_list_disagreeing_is_a_problem_naming_both(mini_root: Path) -> None:
+    root = mini_root
     put(root, f"{GPU_DIR}/local_cpus", "00000002\n")
     topo = run(root)
     assert problems(topo, "pci.local-cpus.disagree") == [
@@ -193,8 +193,8 @@ def test_mask_and_list_disagreeing_is_a_problem_naming_both(tmp_path: Path) -> N
     assert gpu_local_cpus(topo) == "0-1"
 
 
-def test_empty_mask_against_a_list(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_empty_mask_against_a_list(mini_root: Path) -> None:
+    root = mini_root
     put(root, f"{GPU_DIR}/local_cpus", "00000000\n")
     topo = run(root)
     assert problems(topo, "pci.local-cpus.disagree") == [
@@ -202,8 +202,8 @@ def test_empty_mask_against_a_list(tmp_path: Path) -> None:
     ]
 
 
-def test_garbage_mask_is_a_problem_and_the_list_is_used(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_garbage_mask_is_a_problem_and_the_list_is_used(mini_root: Path) -> None:
+    root = mini_root
     put(root, f"{GPU_DIR}/local_cpus", "zz\n")
     topo = run(root)
     assert [src for src, _ in problems(topo, "read.garbage")] == [f"/{GPU_DIR}/local_cpus"]
@@ -211,8 +211,8 @@ def test_garbage_mask_is_a_problem_and_the_list_is_used(tmp_path: Path) -> None:
     assert gpu_local_cpus(topo) == "0-1"
 
 
-def test_mask_stands_in_for_a_missing_or_garbage_list(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_mask_stands_in_for_a_missing_or_garbage_list(mini_root: Path) -> None:
+    root = mini_root
     (root / GPU_DIR / "local_cpulist").unlink()
     topo = run(root)
     assert topo.problems == ()

@@ -9,7 +9,7 @@ import pytest
 
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover
-from tests.support.minihost import build, put
+from tests.support.minihost import put
 
 MOUNTINFO_V2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n"
 
@@ -24,13 +24,13 @@ def process(root: Path) -> tuple[str | None, str | None, str | None]:
     )
 
 
-def test_status_wins(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_status_wins(mini_root: Path) -> None:
+    root = mini_root
     assert process(root) == ("0-1", "0", "/proc/self/status")
 
 
-def test_cgroup_v2_effective(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_cgroup_v2_effective(mini_root: Path) -> None:
+    root = mini_root
     (root / "proc/self/status").unlink()
     put(root, "proc/self/cgroup", "0::/slurm/job7\n")
     put(root, "proc/self/mountinfo", MOUNTINFO_V2)
@@ -47,8 +47,8 @@ def test_cgroup_v2_effective(tmp_path: Path) -> None:
         ("cpuset", "rw", ""),
     ],
 )
-def test_cgroup_v1_and_legacy_cpuset(tmp_path: Path, fstype: str, opts: str, prefix: str) -> None:
-    root = build(tmp_path)
+def test_cgroup_v1_and_legacy_cpuset(mini_root: Path, fstype: str, opts: str, prefix: str) -> None:
+    root = mini_root
     (root / "proc/self/status").unlink()
     put(root, "proc/self/cgroup", "3:cpuset:/jobs/a\n")
     put(root, "proc/mounts", f"none /dev/cpuset {fstype} {opts} 0 0\n")
@@ -57,13 +57,13 @@ def test_cgroup_v1_and_legacy_cpuset(tmp_path: Path, fstype: str, opts: str, pre
     assert process(root) == ("0-1", "0", f"/dev/cpuset/jobs/a/{prefix}cpus")
 
 
-def test_cpuset_naming_absent_cpus_is_clipped_to_online(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_cpuset_naming_absent_cpus_is_clipped_to_online(mini_root: Path) -> None:
+    root = mini_root
     put(root, "proc/self/status", "Cpus_allowed_list:\t0-87\nMems_allowed_list:\t0\n")
     assert process(root)[0] == "0-1"
 
 
-def test_nothing_known(tmp_path: Path) -> None:
-    root = build(tmp_path)
+def test_nothing_known(mini_root: Path) -> None:
+    root = mini_root
     (root / "proc/self/status").unlink()
     assert process(root) == (None, None, None)

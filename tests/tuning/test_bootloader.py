@@ -115,8 +115,8 @@ isolate = ["nohz_full", "rcu_nocbs", "isolcpus"]
 
 
 @pytest.fixture
-def hgx(tmp_path: Path) -> Path:
-    root = irqroot.build(tmp_path / "root").root
+def hgx(irq_root: irqroot.IrqRoot) -> Path:
+    root = irq_root.root
     (root / "etc/mcpnode/profiles").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/profiles/isolating.toml").write_text(ISOLATING)
     (root / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet"\n')
@@ -181,10 +181,10 @@ def test_other_boot_loaders_are_detected_and_reported(
     assert hint in item["reason"]
 
 
-def test_audit_reports_wanted_but_not_active(tmp_path: Path) -> None:
+def test_audit_reports_wanted_but_not_active(irq_root: irqroot.IrqRoot) -> None:
     """A GRUB host whose drop-in already holds the arguments (configured) while the running
     kernel lacks nohz_full: verify is compliant, the audit WARNs that a reboot is due."""
-    root = irqroot.build(tmp_path / "root").root
+    root = irq_root.root
     (root / "etc/mcpnode/profiles").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/profiles/isolating.toml").write_text(
         ISOLATING.replace(', "rcu_nocbs", "isolcpus"', "")

@@ -26,7 +26,6 @@ from tests.support.childrss import child_peak_rss_mib
 from tests.support.minihost import GPU_DIR, build
 from tests.support.pinchild import start_child, stop
 from tests.support.tuningcli import run_cli
-from tests.support.tuningroot import build as build_tuning
 from tests.support.tuningroot import tree, write_profiles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,9 +66,11 @@ def test_a_device_node_in_a_fake_root_is_never_opened(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dir", "device"])
-def test_profiles_configs_and_journals_must_be_regular_files(tmp_path: Path, kind: str) -> None:
-    root = build_tuning(tmp_path / "root")
-    profiles = write_profiles(tmp_path / "profiles")
+def test_profiles_configs_and_journals_must_be_regular_files(
+    tmp_path: Path, tuning_root: Path, tuning_profiles: Path, kind: str
+) -> None:
+    root = tuning_root
+    profiles = tuning_profiles
 
     def make(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +172,7 @@ BOMBS = {
 
 
 @pytest.mark.parametrize("name", sorted(BOMBS))
-def test_toml_bombs_are_one_clear_line(tmp_path: Path, name: str) -> None:
+def test_toml_bombs_are_one_clear_line(tmp_path: Path, tuning_root: Path, name: str) -> None:
     text = BOMBS[name]
     with pytest.raises(ProfileError) as err:
         parse_profile(text, "bomb.toml", "bomb")
@@ -180,7 +181,7 @@ def test_toml_bombs_are_one_clear_line(tmp_path: Path, name: str) -> None:
     config.write_text(text)
     code, _out, stderr = run_cli("config", "check", str(config))
     assert code == 65 and str(config) in stderr and stderr.count("\n") == 1, stderr
-    root = build_tuning(tmp_path / "root")
+    root = tuning_root
     profiles = write_profiles(tmp_path / "profiles", {"bomb": text})
     before = tree(root)
     code, _out, stderr = run_cli(

@@ -34,8 +34,8 @@ confine = ["system.slice", "user.slice", "init.scope"]
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = irqroot.build(tmp_path / "root").root
+def root(irq_root: irqroot.IrqRoot) -> Path:
+    r = irq_root.root
     (r / "etc/mcpnode/profiles").mkdir(parents=True, exist_ok=True)
     (r / "etc/mcpnode/profiles/confined.toml").write_text(CONFINED)
     assert run_cli("manifest", "publish", "--root", str(r))[0] == 0

@@ -33,8 +33,8 @@ PROFILE = "inference-throughput"
 
 
 @pytest.fixture
-def hgx(tmp_path: Path) -> irqroot.IrqRoot:
-    r = irqroot.build(tmp_path / "root")
+def hgx(irq_root: irqroot.IrqRoot) -> irqroot.IrqRoot:
+    r = irq_root
     code, _, err = run_cli("manifest", "publish", "--root", str(r.root))
     assert code == 0, err
     return r
@@ -131,8 +131,8 @@ def test_redhat_layout_writes_etc_sysconfig(tmp_path: Path) -> None:
     assert not (r.root / "etc/default/irqbalance").exists()
 
 
-def test_without_a_current_manifest_apply_discovers_and_says_so(tmp_path: Path) -> None:
-    r = irqroot.build(tmp_path / "root")  # nothing published
+def test_without_a_current_manifest_apply_discovers_and_says_so(irq_root: irqroot.IrqRoot) -> None:
+    r = irq_root  # nothing published
     code, _, err = run_cli("apply", "--profile", PROFILE, "--root", str(r.root))
     assert code == 0
     notices = [line for line in err.splitlines() if line.startswith("mcpnode:")]
@@ -217,8 +217,8 @@ def test_a_tampered_journal_cannot_aim_an_irq_restore_elsewhere() -> None:
 # -- the agent --------------------------------------------------------------------------------
 
 
-def test_the_agent_remediates_a_moved_interrupt(tmp_path: Path) -> None:
-    r = irqroot.build(tmp_path / "root")
+def test_the_agent_remediates_a_moved_interrupt(tmp_path: Path, irq_root: irqroot.IrqRoot) -> None:
+    r = irq_root
     root = r.root
     (root / "etc/mcpnode").mkdir(parents=True, exist_ok=True)
     (root / "etc/mcpnode/mcpnode.toml").write_text(

@@ -18,6 +18,7 @@ from mcpnode.errors import NotSupported
 from mcpnode.host import Host
 from tests.support import auditroot
 from tests.support.agentproc import AgentProc
+from tests.support.fixtures import RootFactory
 from tests.support.tuningcli import run_cli
 
 PROFILE = """\
@@ -33,8 +34,8 @@ NONE = struct.pack("=i", 2000000000)
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = auditroot.build(tmp_path, auditroot.HGX)
+def root(audit_root: RootFactory) -> Path:
+    r = audit_root(auditroot.HGX)
     (r / "etc/mcpnode/profiles").mkdir(parents=True, exist_ok=True)
     (r / "etc/mcpnode/profiles/qos.toml").write_text(PROFILE)
     (r / "dev").mkdir(exist_ok=True)

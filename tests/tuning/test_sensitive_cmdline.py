@@ -14,7 +14,7 @@ from mcpnode.tuning import sensitive_cmdline as sc
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import parse_profile
 from tests.support.tuningcli import run_cli
-from tests.support.tuningroot import build, tree, write_profiles
+from tests.support.tuningroot import tree, write_profiles
 
 # (argument, the allow-list entry it needs)
 HOSTILE: list[tuple[str, str]] = [
@@ -188,8 +188,10 @@ def test_either_spelling_of_a_name_allows_it() -> None:
 
 
 @pytest.mark.parametrize("arg", ["intel-iommu=off", "selinux=00", "init=/bin/sh"])
-def test_apply_refuses_in_one_line_and_writes_nothing(tmp_path: Path, arg: str) -> None:
-    root = build(tmp_path / "root")
+def test_apply_refuses_in_one_line_and_writes_nothing(
+    tmp_path: Path, tuning_root: Path, arg: str
+) -> None:
+    root = tuning_root
     (root / "etc/default").mkdir(parents=True, exist_ok=True)
     (root / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="quiet"\n')
     profiles = write_profiles(tmp_path / "profiles", {"b": profile_text(arg, None)})

@@ -50,8 +50,8 @@ PLANTED = {
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = build(tmp_path / "root")
+def root(tuning_root: Path) -> Path:
+    r = tuning_root
     set_sysctl(r, CORE, "core")
     return r
 
@@ -226,9 +226,11 @@ def test_rollback_restores_the_persisted_files_mode_and_owner(root: Path) -> Non
 
 
 @pytest.mark.parametrize("umask", [0o077, 0o000])
-def test_modes_do_not_depend_on_the_umask(tmp_path: Path, umask: int) -> None:
-    root = build(tmp_path / "root")
-    profiles = write_profiles(tmp_path / "profiles")
+def test_modes_do_not_depend_on_the_umask(
+    tuning_root: Path, tuning_profiles: Path, umask: int
+) -> None:
+    root = tuning_root
+    profiles = tuning_profiles
     argv = ["--root", str(root), "--profiles-dir", str(profiles)]
 
     def mcpnode(*args: str) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.tuningcli import run_cli, run_process
-from tests.support.tuningroot import build, put, write_profiles
+from tests.support.tuningroot import put
 
 
 @pytest.fixture
-def dirs(tmp_path: Path) -> tuple[str, str]:
-    root = build(tmp_path / "root")
-    profiles = write_profiles(tmp_path / "profiles")
+def dirs(tuning_root: Path, tuning_profiles: Path) -> tuple[str, str]:
+    root = tuning_root
+    profiles = tuning_profiles
     return str(root), str(profiles)
 
 

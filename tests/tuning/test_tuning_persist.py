@@ -13,7 +13,7 @@ from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.persist import boot_order, find_overrides, normalise_key, parse_conf
 from mcpnode.tuning.profile import load_profile
 from tests.support.tuningcli import run_cli
-from tests.support.tuningroot import build, put, write_profiles
+from tests.support.tuningroot import build, put
 
 
 def test_boot_order_sorts_by_name_and_etc_masks_the_rest() -> None:
@@ -103,9 +103,9 @@ def test_a_dev_null_link_disables_a_file(tmp_path: Path) -> None:
     assert all(a.file != "/usr/lib/sysctl.d/99-glob.conf" for a in found)
 
 
-def test_apply_persist_reports_overrides(tmp_path: Path) -> None:
+def test_apply_persist_reports_overrides(tmp_path: Path, tuning_profiles: Path) -> None:
     host = _host(tmp_path)
-    profiles = write_profiles(tmp_path / "profiles")
+    profiles = tuning_profiles
     profile = load_profile("latency", host, profiles)
     result = apply_profile(host, profile, JournalStore(host), persist=True)
     assert result.persist is not None and result.persist.written
@@ -124,11 +124,13 @@ def test_apply_persist_reports_overrides(tmp_path: Path) -> None:
     assert "/run/sysctl.d/95-cni.conf:1: net/core/somaxconn = 2048" in out
 
 
-def test_persisted_min_is_the_applied_value_not_the_minimum(tmp_path: Path) -> None:
-    root = build(tmp_path / "root")
+def test_persisted_min_is_the_applied_value_not_the_minimum(
+    tuning_root: Path, tuning_profiles: Path
+) -> None:
+    root = tuning_root
     put(root, "proc/sys/vm/max_map_count", "2147483642\n")  # raised by a distro file at boot
     host = Host(root)
-    profile = load_profile("base", host, write_profiles(tmp_path / "profiles"))
+    profile = load_profile("base", host, tuning_profiles)
     apply_profile(host, profile, JournalStore(host), persist=True)
     conf = (root / "etc/sysctl.d/90-mcpnode.conf").read_text()
     assert "vm.max_map_count = 2147483642" in conf  # a boot never lowers it

@@ -58,9 +58,11 @@ def test_non_root_with_net_admin_may_only_write_net(tmp_path: Path) -> None:
     assert items["vm:transparent_hugepage"][0] == "needs-privilege"
 
 
-def test_cli_reports_needs_privilege_and_verify_counts_it_as_drift(tmp_path: Path) -> None:
+def test_cli_reports_needs_privilege_and_verify_counts_it_as_drift(
+    tmp_path: Path, tuning_profiles: Path
+) -> None:
     root = build(tmp_path / "root", cap_eff=NO_CAPS)
-    profiles = write_profiles(tmp_path / "profiles")
+    profiles = tuning_profiles
     args = ("--root", str(root), "--profiles-dir", str(profiles), "--profile", "latency")
     code, out, _ = run_cli("apply", *args)
     assert code == 0

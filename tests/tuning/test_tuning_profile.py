@@ -16,12 +16,12 @@ from mcpnode.tuning.profile import list_profiles, load_profile, parse_profile
 from mcpnode.tuning.sensitive import sensitive_reason
 from mcpnode.tuning.values import AtLeast, Exact, Prefer
 from tests.support.tuningcli import run_cli
-from tests.support.tuningroot import BASE_PROFILE, build, put, tree, write_profiles
+from tests.support.tuningroot import BASE_PROFILE, put, tree, write_profiles
 
 
 @pytest.fixture
-def host_dirs(tmp_path: Path) -> tuple[Path, Path]:
-    return build(tmp_path / "root"), write_profiles(tmp_path / "profiles")
+def host_dirs(tuning_root: Path, tuning_profiles: Path) -> tuple[Path, Path]:
+    return tuning_root, tuning_profiles
 
 
 def test_latency_merges_base_depth_first_later_wins(host_dirs: tuple[Path, Path]) -> None:
@@ -47,8 +47,8 @@ def test_latency_merges_base_depth_first_later_wins(host_dirs: tuple[Path, Path]
     assert p.setting("cpu:governor") is not None
 
 
-def test_diamond_includes_are_not_cycles(tmp_path: Path) -> None:
-    root = build(tmp_path / "root")
+def test_diamond_includes_are_not_cycles(tmp_path: Path, tuning_root: Path) -> None:
+    root = tuning_root
     profiles = write_profiles(
         tmp_path / "p",
         {
@@ -175,9 +175,14 @@ def _write(directory: Path, files: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(("case", "files", "culprit", "key"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_profile_rejected_with_zero_writes(
-    tmp_path: Path, case: str, files: dict[str, str], culprit: str, key: str | None
+    tmp_path: Path,
+    tuning_root: Path,
+    case: str,
+    files: dict[str, str],
+    culprit: str,
+    key: str | None,
 ) -> None:
-    root = build(tmp_path / "root")
+    root = tuning_root
     profiles = write_profiles(tmp_path / "profiles", {"base": BASE_PROFILE})
     _write(profiles, files)
     before = tree(tmp_path)
@@ -200,10 +205,12 @@ def test_hostile_profile_rejected_with_zero_writes(
 
 
 @pytest.mark.parametrize("key", ["net.core", "net.ipv4.conf.all"])
-def test_a_key_naming_a_directory_is_refused_in_one_line(tmp_path: Path, key: str) -> None:
+def test_a_key_naming_a_directory_is_refused_in_one_line(
+    tmp_path: Path, tuning_root: Path, key: str
+) -> None:
     """`net.core` passes the name rules but is a directory of sysctls: apply (and its dry run)
     stops with one line naming file and key instead of planning it as "skipped" and exiting 0."""
-    root = build(tmp_path / "root")
+    root = tuning_root
     put(root, "proc/sys/net/ipv4/conf/all/rp_filter", "1\n")
     profiles = write_profiles(tmp_path / "profiles", {"evil": f'[sysctl]\n"{key}" = 1\n'})
     argv = ("--profile", "evil", "--root", str(root), "--profiles-dir", str(profiles))
