@@ -64,12 +64,12 @@ bench: $(STAMP_DEV) bytecode
 
 ## make image: the container image, built offline from Debian packages and PyPI wheels (root;
 ## installs mmdebstrap, umoci and skopeo if absent): build/image/mcpnode-VERSION.oci.tar.
-## image-test: build it, then run tests/test_image.py on it (chroot, image config).
+## image-test: build it, then run tests/deploy/test_image.py on it (chroot, image config).
 image: $(STAMP_DEV)
 	PYTHON=$(PY) bash image/build.sh
 
 image-test: image
-	$(VENV)/bin/pytest -q tests/test_image.py
+	$(VENV)/bin/pytest -q tests/deploy/test_image.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -29,9 +29,9 @@ from mcpnode.agent.config import AgentConfig
 from mcpnode.agent.service import Agent
 from mcpnode.host import Host
 from mcpnode.tuning.profile import load_profile
-from tests import auditroot
-from tests.agentproc import AgentProc
-from tests.test_agent_e2e import NIC, replug, unplug
+from tests.agent.test_agent_e2e import NIC, replug, unplug
+from tests.support import auditroot
+from tests.support.agentproc import AgentProc
 
 IDLE_S = float(os.environ.get("MCPNODE_BENCH_IDLE_S", "60"))
 DRIFT_TRIALS = int(os.environ.get("MCPNODE_BENCH_DRIFT_TRIALS", "40"))

@@ -18,9 +18,9 @@ sys.path.insert(0, str(ROOT))
 
 from mcpnode.tuning.errors import ProfileError  # noqa: E402
 from mcpnode.tuning.profile import parse_profile  # noqa: E402
-from tests.childrss import child_peak_rss_mib  # noqa: E402
-from tests.minihost import GPU_DIR, build  # noqa: E402
-from tests.test_bounds import BOMBS, fan_out  # noqa: E402
+from tests.support.childrss import child_peak_rss_mib  # noqa: E402
+from tests.support.minihost import GPU_DIR, build  # noqa: E402
+from tests.tuning.test_bounds import BOMBS, fan_out  # noqa: E402
 
 
 def _median_s(fn: object, rounds: int = 5) -> float:

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from tests import nvmlgen, placeroot
-from tests.fixturegen import write_host
+from tests.support import placeroot
+from tools.fixturegen import nvmlgen
+from tools.fixturegen.fixturegen import write_host
 
 NUMACTL = shutil.which("numactl")
 ROOT = Path(__file__).resolve().parents[1]

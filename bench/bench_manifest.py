@@ -7,7 +7,7 @@ NVML):
    events), and so is the cold path `make_manifest` + publish with discovery included.
 2. "1,000 read-while-republish rounds: partial reads = 0": a reader process loops over the file
    while this process republishes it 1,000 times, alternating two manifests of different
-   sizes (tests/manifest_race.py).
+   sizes (tests/support/manifest_race.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mcpnode.host import Host
 from mcpnode.placement.build import make_manifest
 from mcpnode.placement.manifest import publish
 from mcpnode.topology.discover import discover_host
-from tests.manifest_race import read_while_republish
+from tests.support.manifest_race import read_while_republish
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTS = ROOT / "tests" / "fixtures" / "hosts"

@@ -1,6 +1,6 @@
 """Discovery at scale, against hwloc's lstopo on the same roots: the synthetic 2-socket host of
-tests/fixturegen.py (8 GPUs, 8 ConnectX-7 PFs) with N = 0, 512, 1024, 2048, 4096, 8192 SR-IOV
-VFs (each VF a PCI function with a netdev).
+tools/fixturegen/fixturegen.py (8 GPUs, 8 ConnectX-7 PFs) with N = 0, 512, 1024, 2048, 4096, 8192
+SR-IOV VFs (each VF a PCI function with a netdev).
 
 Per root, alternated round by round (these machines are noisy; ratios, not absolutes):
 - in process: `discover(Host(root))`, then `topology_json()` and the JSON text (cli/jsonout.py;
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import fixturegen  # noqa: E402
+from tools.fixturegen import fixturegen  # noqa: E402
 
 LSTOPO = shutil.which("lstopo-no-graphics")
 VFS = tuple(
@@ -161,7 +161,8 @@ def bench_scale(baseline: Path | None = None) -> list[dict[str, object]]:
         for n in VFS:
             roots[n] = Path(tmp_name) / f"vf{n}"
             # In a child: the tree of 8,192 VFs is ~100 MiB of Python objects while it is built.
-            gen = [sys.executable, str(ROOT / "tests" / "fixturegen.py"), "--synthetic-vfs", str(n)]
+            script = ROOT / "tools" / "fixturegen" / "fixturegen.py"
+            gen = [sys.executable, str(script), "--synthetic-vfs", str(n)]
             subprocess.run([*gen, "--out", str(roots[n])], check=True, stdout=subprocess.DEVNULL)
             functions[n] = len(fixturegen.pci_functions(fixturegen.synthetic_host(n)))
         whole: dict[tuple[str, int], list[tuple[float, float, float]]] = {}

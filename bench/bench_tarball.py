@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.childrss import peak_rss_mib  # noqa: E402
+from tests.support.childrss import peak_rss_mib  # noqa: E402
 
 SHARED_HOSTS = Path(os.environ.get("MCPNODE_SHARED_HOSTS", ROOT.parent / "shared" / "hosts"))
 ROUNDS = int(os.environ.get("MCPNODE_BENCH_ROUNDS", "15"))
@@ -46,7 +46,8 @@ def _run(
 ) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of one child; raises when it fails. The time is the command's
     alone; the peak RSS is taken from a second run through the tests' small launcher, because a
-    child's ru_maxrss starts at the size of the process it was forked from (tests/childrss.py)."""
+    child's ru_maxrss starts at the size of the process it was forked from
+    (tests/support/childrss.py)."""
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - t0

@@ -118,10 +118,10 @@ class _Quiet:
 
 
 def shipped_root(tmp: Path) -> Path:
-    """The HGX fixture with interrupts (tests/irqroot.py) and the files inference-throughput's
-    CPU power, C-state, huge page, THP and readahead keys read, as a 6.x kernel lays them out;
-    every sysctl it names is given a kernel-like value."""
-    from tests import irqroot
+    """The HGX fixture with interrupts (tests/support/irqroot.py) and the files
+    inference-throughput's CPU power, C-state, huge page, THP and readahead keys read, as a 6.x
+    kernel lays them out; every sysctl it names is given a kernel-like value."""
+    from tests.support import irqroot
 
     root = irqroot.build(tmp / "hgx").root
 

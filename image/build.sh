@@ -19,7 +19,7 @@
 #             cmd, user, env, exposed port, labels); tar of the OCI layout = an OCI archive
 #             (what `skopeo copy oci-archive:...` and `podman load` read).
 #   5. build/image/image.json: tag, archive, sizes, build time, the source hash it was built
-#             from (tests/test_image.py compares it with the checkout's).
+#             from (tests/deploy/test_image.py compares it with the checkout's).
 #
 # Needs root (mmdebstrap's root mode and chroot). Installs mmdebstrap, umoci and skopeo with
 # apt-get when missing, as `make bench` does with hwloc.
@@ -47,7 +47,7 @@ source_hash() {
 }
 hash=$(source_hash)
 if [ "${1:-}" = hash ]; then
-    printf '%s\n' "$hash"   # what tests/test_image.py compares with the image's label
+    printf '%s\n' "$hash"   # what tests/deploy/test_image.py compares with the image's label
     exit 0
 fi
 
@@ -170,7 +170,7 @@ umoci new --image "$layout:$tag"
 say "oci: one layer from $rootfs"
 umoci insert --image "$layout:$tag" --history.created_by "image/build.sh (mmdebstrap $SUITE + image/install.sh)" "$rootfs" /
 # Keep in step with the Containerfile's ENTRYPOINT, CMD, USER, ENV, EXPOSE and LABEL lines
-# (tests/test_image.py compares them with the built image).
+# (tests/deploy/test_image.py compares them with the built image).
 umoci config --image "$layout:$tag" --no-history \
     --created "$created" --architecture "$goarch" --os linux \
     --config.entrypoint /opt/mcpnode/bin/mcpnode --config.cmd agent \

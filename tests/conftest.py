@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import wheelbuild
+from tests.support import wheelbuild
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ Why not pyroute2's marshal (which the agent used before): importing any part of 
 its package `__init__`, which loads ~160 modules (asyncio, sqlite3, its NDB, every netlink
 family) and costs ~25 MB of resident memory in a process whose whole budget is 35 MB; the agent
 reads two attributes of two message types. pyroute2 stays the oracle in the tests
-(tests/test_agent_rtnl.py): the kernel's real messages, captured in a fresh network namespace,
+(tests/agent/test_agent_rtnl.py): the kernel's real messages, captured in a fresh network namespace,
 must parse to what pyroute2 reads from them.
 
 Layouts (include/uapi/linux/netlink.h, rtnetlink.h, if_link.h; stable ABI since Linux 2.2):

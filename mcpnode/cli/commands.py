@@ -3,7 +3,7 @@ text to print out. click's commands (cli/main.py) and the console script's fast 
 (cli/fast.py) both call these, so the two entry points cannot say different things.
 
 Nothing here imports click, and nothing is imported at module level: each function imports
-what its command needs, so the fast path loads only that (tests/test_cli_fast.py checks it).
+what its command needs, so the fast path loads only that (tests/cli/test_cli_fast.py checks it).
 Errors are raised as mcpnode's typed errors; each entry point turns them into one line and an
 exit status through cli/errors.py.
 """

@@ -4,7 +4,7 @@
 Code that only reads (discovery, the audit) takes a `HostReader`, so `mypy --strict` refuses a
 write, a module load or a process call from it; code that changes files or kernel settings
 takes a `HostWriter`; code that places live processes takes a `HostProcess`. `Host` satisfies
-every role structurally (tests/test_host_roles.py checks it, for mypy and at run time), so a
+every role structurally (tests/host/test_host_roles.py checks it, for mypy and at run time), so a
 caller still passes the one Host it has.
 
 The roles follow Host's files: `HostReader` is root.py, read.py, record.py, the read-only

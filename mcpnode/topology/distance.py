@@ -1,7 +1,7 @@
 """nvidia-smi's distance buckets between two PCI devices, from the PCI tree and NUMA nodes.
 
 Pure: takes model objects, reads nothing. The rules, in the order they are tried (each one is
-a row of tests/test_distance.py):
+a row of tests/topology/test_distance.py):
 
 1. Same device (or functions of one device under the same bridge path): see rule 4.
 2. Different root complexes (host bridges):

@@ -135,7 +135,7 @@ class Answer:
     code: int | None = None
     # Kept so a replayed error reads as the original did: nvml_facts._reason prints a
     # NotRecorded error's detail ("not a mcpnode snapshot ..."), and a snapshot of a plain dump
-    # must replay to the same NVML reason (tests/test_snapshot.py). Omitted when empty.
+    # must replay to the same NVML reason (tests/topology/test_snapshot.py). Omitted when empty.
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:

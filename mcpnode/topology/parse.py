@@ -1,5 +1,5 @@
 """Parsers for sysfs/procfs text: `str` in, values out, no I/O. Table-tested in
-tests/test_parse.py. Each raises ParseError (a ValueError) with the offending text."""
+tests/topology/test_parse.py. Each raises ParseError (a ValueError) with the offending text."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ A profile value is one of:
   `fallback` (`load` names modules to modprobe first when no preferred value is available).
 
 Files that show a choice as `always [madvise] never` (sysfs `[selected]` enums) compare by the
-bracketed token. Nothing here does I/O; `compare` is table-tested in tests/test_tuning_values.py.
+bracketed token. Nothing here does I/O; `compare` is table-tested in
+tests/tuning/test_tuning_values.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from mcpnode.host import Host
 from mcpnode.topology.virt import Virtualization, detect
 from mcpnode.tuning.recommend import HostFacts, recommend
-from tests.tuningcli import run_cli
+from tests.support.tuningcli import run_cli
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.agentproc import AgentProc
+from tests.support.agentproc import AgentProc
 
 CONFIG = """
 [tuning]

@@ -17,7 +17,7 @@
 #      `source`; the figures are printed. With $OUT set, `mcpnode snapshot --probe` also leaves
 #      $OUT/probe-snapshot.tar.gz, the capture to commit as a fixture.
 # The comparisons are tests/device/compare.py and tests/device/probe_compare.py (unit-tested in
-# tests/test_device_compare.py and tests/test_probe_device.py).
+# tests/topology/test_device_compare.py and tests/probe/test_probe_device.py).
 #
 # Exit: 0 everything matches, 1 something differs, 2 a tool is missing or failed.
 # Environment: PYTHON (default python3); MCPNODE_ROOT (default /) points mcpnode at a snapshot or

@@ -7,9 +7,9 @@
     python3 -m tests.device.compare replay SNAPSHOT
     python3 -m tests.device.compare audits LIVE_AUDIT_JSON REPLAYED_AUDIT_JSON
 
-`topo`: both matrices parsed by tests/nvsmi.py, GPUs matched by index (GPU0..), NICs by their
-legend name (NIC0 -> mlx5_0), every differing cell printed, then CPU Affinity, NUMA Affinity and
-GPU NUMA ID per GPU row. nvidia-smi intersects CPU Affinity with the caller's cpuset (an empty
+`topo`: both matrices parsed by tests/support/nvsmi.py, GPUs matched by index (GPU0..), NICs by
+their legend name (NIC0 -> mlx5_0), every differing cell printed, then CPU Affinity, NUMA Affinity
+and GPU NUMA ID per GPU row. nvidia-smi intersects CPU Affinity with the caller's cpuset (an empty
 cell inside a 1-CPU Slurm job: tests/fixtures/nvidia-smi/h200-8gpu-10nic-slurm-cgroup.txt) while
 mcpnode reports the device's locality, so a CPU Affinity that equals mcpnode's clipped to this
 process's CPUs is a note, not a difference.
@@ -54,7 +54,7 @@ from typing import Any
 
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist
-from tests.nvsmi import TopoMatrix, TopoParseError, parse_topo_matrix
+from tests.support.nvsmi import TopoMatrix, TopoParseError, parse_topo_matrix
 
 GPUS_SCHEMA = "mcpnode.gpus/v1"
 

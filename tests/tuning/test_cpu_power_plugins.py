@@ -1,5 +1,5 @@
 """CPU power, C-states, per-node huge pages and THP defrag: plan, apply, verify and rollback
-against temporary roots laid out like sysfs (tests/tuning/powerroot.py) under intel_pstate, under
+against temporary roots laid out like sysfs (tests/support/powerroot.py) under intel_pstate, under
 acpi-cpufreq and in a VM, with the CPU partition selecting the GPU slices."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from mcpnode.tuning.plan import plan
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.state import read_state
 from mcpnode.tuning.verify import verify
-from tests.tuning.powerroot import CPU, NODE, THP, journal_text, partition, power_root, read
-from tests.tuningroot import kernel_view
+from tests.support.powerroot import CPU, NODE, THP, journal_text, partition, power_root, read
+from tests.support.tuningroot import kernel_view
 
 POWER = """\
 [profile]
@@ -230,8 +230,8 @@ def test_a_tarball_root_is_planned_but_never_written(tmp_path: Path) -> None:
     in one line: the archive is never changed."""
     import hashlib
 
-    from tests.test_cli_errors import mcpnode, one_line
-    from tests.test_host_tar import pack
+    from tests.cli.test_cli_errors import mcpnode, one_line
+    from tests.host.test_host_tar import pack
 
     # Every CPU and node: the CLI needs no CPU partition (no discovery of this bare root).
     flat = "\n".join(

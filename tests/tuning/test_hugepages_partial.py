@@ -21,7 +21,7 @@ from mcpnode.tuning.apply import rollback
 from mcpnode.tuning.journal import JournalStore
 from mcpnode.tuning.profile import load_profile
 from mcpnode.tuning.verify import verify
-from tests.tuning.powerroot import NODE, power_root, read
+from tests.support.powerroot import NODE, power_root, read
 
 PROFILE = '[profile]\nsummary = "pages"\n\n[vm]\nhugepages_2048kB = 512\n'
 NR = NODE + "/node{}/hugepages/hugepages-2048kB/nr_hugepages"

@@ -1,5 +1,5 @@
 """`[nic]` rings and channels through `ethtool`: apply, verify and rollback on the live root,
-the program being a recorded stand-in first on PATH (tests/tuning/fake_ethtool.py) so no real
+the program being a recorded stand-in first on PATH (tests/support/fake_ethtool.py) so no real
 NIC is touched; the journal and lock go to a temporary --state-dir. Also the output parser,
 the plan's capability answers, the journal's key -> path rule and hostile profile values."""
 
@@ -16,8 +16,8 @@ from mcpnode.tuning.errors import JournalError, ProfileError
 from mcpnode.tuning.journal import from_json
 from mcpnode.tuning.plugins.nicqueues import parse_ethtool
 from mcpnode.tuning.profile import parse_profile
-from tests.tuning.powerroot import journal_text
-from tests.tuningcli import run_process
+from tests.support.powerroot import journal_text
+from tests.support.tuningcli import run_process
 
 HERE = Path(__file__).resolve().parent
 PROFILE = """\
@@ -46,7 +46,9 @@ def fake_path(tmp: Path) -> dict[str, str]:
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     tool = bin_dir / "ethtool"
-    tool.write_text(f"#!{sys.executable}\n" + (HERE / "fake_ethtool.py").read_text())
+    tool.write_text(
+        f"#!{sys.executable}\n" + (HERE.parent / "support" / "fake_ethtool.py").read_text()
+    )
     tool.chmod(0o755)
     state = tmp / "nics.json"
     state.write_text(json.dumps({"nics": NICS, "calls": []}))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.agentproc import AgentProc
-from tests.tuning.powerroot import CPU, NODE, THP, agent_profile, power_root, read
+from tests.support.agentproc import AgentProc
+from tests.support.powerroot import CPU, NODE, THP, agent_profile, power_root, read
 
 PROFILE = """\
 [profile]

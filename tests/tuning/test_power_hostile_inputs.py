@@ -11,9 +11,9 @@ import pytest
 
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.profile import parse_profile
-from tests.test_cli_errors import mcpnode, one_line
-from tests.tuning.powerroot import CPU, NODE, planned, power_root
-from tests.tuningroot import tree
+from tests.cli.test_cli_errors import mcpnode, one_line
+from tests.support.powerroot import CPU, NODE, planned, power_root
+from tests.support.tuningroot import tree
 
 DIGITS = "1" * 5000
 HUGE_LIST = ",".join(["0-65535"] * 9362)[: 64 << 10]

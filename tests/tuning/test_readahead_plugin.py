@@ -18,9 +18,9 @@ from mcpnode.tuning.plan import plan
 from mcpnode.tuning.profile import load_profile, parse_profile
 from mcpnode.tuning.state import read_state
 from mcpnode.tuning.verify import verify
-from tests.agentproc import AgentProc
-from tests.tuning.powerroot import agent_profile, planned
-from tests.tuningroot import build, kernel_view, put
+from tests.support.agentproc import AgentProc
+from tests.support.powerroot import agent_profile, planned
+from tests.support.tuningroot import build, kernel_view, put
 
 PCI = "sys/devices/pci0000:00/0000:00:1d.0/nvme"
 # /proc/self/mountinfo as 6.x prints it (id parent major:minor root point options - fs src opts)

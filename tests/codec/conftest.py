@@ -1,0 +1,1 @@
+"""No root fixtures here: the codecs are pure functions, table-tested without a root."""

@@ -1,0 +1,6 @@
+"""The roots the topology tests build, as fixtures; the builders are in tests/support/
+(tests/support/fixtures.py wraps them, tests/README.md lists which gives which)."""
+
+from tests.support.fixtures import mini_root
+
+__all__ = ["mini_root"]
