@@ -103,9 +103,16 @@ class Subsystem(ABC):
     # Files replaced with Host.write_file_atomic (their stale temporaries removed at start).
     atomic_files: ClassVar[tuple[str, ...]] = ()
 
-    @abstractmethod
+    # The setting keys of ours (`cpu:max_latency_us`) and the pattern of our item keys
+    # (`cpu:cstate:cpu3:state2`): what owns() answers unless a subsystem says otherwise.
+    setting_keys: ClassVar[frozenset[str]] = frozenset()
+    item_keys: ClassVar[re.Pattern[str] | None] = None
+
     def owns(self, key: str) -> bool:
         """Whether `key` (a profile setting's, a plan item's or a journal entry's) is ours."""
+        return key in self.setting_keys or (
+            self.item_keys is not None and self.item_keys.match(key) is not None
+        )
 
     @abstractmethod
     def parse(self, section: SectionInput) -> list[Setting]:
@@ -245,6 +252,18 @@ def one_of(
         raise err(section.file, option, f"must be one of {', '.join(choices)}", name)
     note = section.comment(name, option)
     return [Setting(key, Exact(str(value)), section.file, note)]
+
+
+def microseconds(section: SectionInput, name: str, option: str, key: str) -> list[Setting]:
+    """The setting `key` of section `name`'s `option` when given: a latency in whole
+    microseconds, 0 to 1 s (what PM QoS's cpu_dma_latency takes and cpuidle's exit latencies
+    are counted in); none when absent. Raises ProfileError."""
+    if option not in section.table:
+        return []
+    us = section.table[option]
+    if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 1_000_000:
+        raise err(section.file, option, "must be microseconds, 0 to 1000000", name)
+    return [Setting(key, Exact.of(us), section.file, section.comment(name, option))]
 
 
 # -- plan answers ----------------------------------------------------------------------------

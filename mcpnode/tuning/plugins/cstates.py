@@ -19,7 +19,13 @@ from mcpnode.host import Host
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins import cpupower
-from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, err, value_item
+from mcpnode.tuning.plugins.base import (
+    SectionInput,
+    StateDraft,
+    Subsystem,
+    microseconds,
+    value_item,
+)
 from mcpnode.tuning.read import optional, read_value
 from mcpnode.tuning.values import Exact
 
@@ -56,21 +62,14 @@ class CStates(Subsystem):
     section = "cpu"
     options = ("max_latency_us",)
     key_facts = FACTS
-
-    def owns(self, key: str) -> bool:
-        return key == MAX_LATENCY_KEY or _ITEM.match(key) is not None
+    setting_keys = frozenset((MAX_LATENCY_KEY,))
+    item_keys = _ITEM
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)
 
     def parse(self, section: SectionInput) -> list[Setting]:
-        if "max_latency_us" not in section.table:
-            return []
-        us = section.table["max_latency_us"]
-        if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 1_000_000:
-            raise err(section.file, "max_latency_us", "must be microseconds, 0 to 1000000", "cpu")
-        note = section.comment("cpu", "max_latency_us")
-        return [Setting(MAX_LATENCY_KEY, Exact.of(us), section.file, note)]
+        return microseconds(section, "cpu", "max_latency_us", MAX_LATENCY_KEY)
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
         cpupower.read_cpus(host, draft)

@@ -82,9 +82,8 @@ class Hugepages(Subsystem):
     section = "vm"
     options = ("hugepages_2048kB", "hugepages_nodes")
     key_facts = FACTS
-
-    def owns(self, key: str) -> bool:
-        return key in (HUGEPAGES_KEY, paths.HUGEPAGES_NODES_KEY) or _ITEM.match(key) is not None
+    setting_keys = frozenset((HUGEPAGES_KEY, paths.HUGEPAGES_NODES_KEY))
+    item_keys = _ITEM
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)

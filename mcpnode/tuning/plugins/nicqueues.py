@@ -110,9 +110,8 @@ class NicQueues(Subsystem):
     section = "nic"
     options = ("devices", "rings", "combined_channels")
     key_facts = FACTS
-
-    def owns(self, key: str) -> bool:
-        return key in (RINGS_KEY, CHANNELS_KEY, DEVICES_KEY) or _ITEM.match(key) is not None
+    setting_keys = frozenset((RINGS_KEY, CHANNELS_KEY, DEVICES_KEY))
+    item_keys = _ITEM
 
     def requirement(self, key: str) -> privilege.Requirement:
         # ethtool -G/-L: dev_ethtool() checks ns_capable(CAP_NET_ADMIN) (net/ethtool/ioctl.c).

@@ -8,7 +8,7 @@ from mcpnode.errors import HostError
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
-from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, err
+from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, microseconds
 from mcpnode.tuning.values import Exact
 
 
@@ -17,18 +17,10 @@ class PmQos(Subsystem):
     section = "cpu"
     options = ("force_latency",)
     skipped_is_drift = True
-
-    def owns(self, key: str) -> bool:
-        return key == paths.FORCE_LATENCY_KEY
+    setting_keys = frozenset((paths.FORCE_LATENCY_KEY,))
 
     def parse(self, section: SectionInput) -> list[Setting]:
-        if "force_latency" not in section.table:
-            return []
-        us = section.table["force_latency"]
-        if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 1_000_000:
-            raise err(section.file, "force_latency", "must be microseconds, 0 to 1000000", "cpu")
-        note = section.comment("cpu", "force_latency")
-        return [Setting(paths.FORCE_LATENCY_KEY, Exact.of(us), section.file, note)]
+        return microseconds(section, "cpu", "force_latency", paths.FORCE_LATENCY_KEY)
 
     def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
         try:

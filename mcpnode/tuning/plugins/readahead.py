@@ -84,9 +84,8 @@ class Readahead(Subsystem):
     section = "storage"
     options = ("read_ahead_kb", "devices")
     key_facts = FACTS
-
-    def owns(self, key: str) -> bool:
-        return key in (READAHEAD_KEY, DEVICES_KEY) or _ITEM.match(key) is not None
+    setting_keys = frozenset((READAHEAD_KEY, DEVICES_KEY))
+    item_keys = _ITEM
 
     def path_of(self, key: str) -> str | None:
         return key_path(key)

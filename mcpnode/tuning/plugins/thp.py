@@ -52,9 +52,7 @@ class TransparentHugepages(Subsystem):
     section = "vm"
     options = ("transparent_hugepage", "transparent_hugepage_defrag", "khugepaged_defrag")
     key_facts = FACTS
-
-    def owns(self, key: str) -> bool:
-        return key in _PATHS
+    setting_keys = frozenset(_PATHS)
 
     def path_of(self, key: str) -> str | None:
         return _PATHS.get(key)
