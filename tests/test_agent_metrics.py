@@ -217,6 +217,7 @@ def feed(m: AgentMetrics) -> None:
     m.record_publish("ok")
     m.set_gpu_state(topology("hgx-h100-8gpu-8nic").gpus, ["0000:3a:00.0"])
     m.set_nfd_expiry(1_700_000_000.0, 1_700_000_300.0)
+    m.set_gpu_process_cpus({"0000:3a:00.0": {"slice": 2, "node": 1, "off-node": 0, "unknown": 0}})
 
 
 ALL_FAMILIES = {
@@ -254,6 +255,7 @@ ALL_FAMILIES = {
     "mcpnode_gpu_nvlink_errors",
     "mcpnode_nfd_expiry_timestamp_seconds",
     "mcpnode_nfd_written_timestamp_seconds",
+    "mcpnode_gpu_processes",
 }
 
 

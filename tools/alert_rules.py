@@ -224,6 +224,19 @@ def groups() -> list[dict[str, Any]]:
             "mcpnode profiles active and mcpnode verify on the node say which.",
         ),
         _rule(
+            "McpnodeGpuProcessMisplaced",
+            'mcpnode_gpu_processes{cpus=~"node|off-node"} > 0',
+            "15m",
+            "ticket",
+            "Processes using GPU {{ $labels.gpu }} on {{ $labels.instance }} run outside its "
+            "CPU slice ({{ $labels.cpus }}: {{ $value }})",
+            "The agent's auto-pin scan found processes using the GPU whose CPUs are not the "
+            "GPU's exclusive slice: `node` shares cores with housekeeping or another GPU's "
+            "process, `off-node` crosses the socket interconnect.",
+            "mcpnode ps on the node names the processes and why; mcpnode pin PID --gpu N moves "
+            "one, or add an [[autopin.rule]] that matches it.",
+        ),
+        _rule(
             "McpnodeAuditFail",
             'mcpnode_audit_findings{status="FAIL"} > 0',
             "15m",

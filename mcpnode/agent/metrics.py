@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -46,6 +46,7 @@ from prometheus_client.metrics_core import Metric
 from mcpnode import __version__
 from mcpnode.audit.model import Finding, Status
 from mcpnode.audit.xid import CATALOG
+from mcpnode.placement.ps import CpuVerdict
 from mcpnode.topology.model import Gpu
 
 # What a scrape without an `Accept` the library recognises gets (`choose_encoder`'s default):
@@ -197,6 +198,13 @@ class AgentMetrics:
             "NVML's NVLink error counter of the GPU summed over its links (since the driver "
             "loaded), as read by the discovery the last publish used",
             ["gpu", "counter"],
+            registry=None,
+        )
+        self._gpu_processes = Gauge(
+            "mcpnode_gpu_processes",
+            "Processes using the GPU at the last auto-pin scan, by where their CPUs are against "
+            "its placement (cpus=slice|node|off-node|unknown, as `mcpnode ps` says)",
+            ["gpu", "cpus"],
             registry=None,
         )
         self._nfd_expiry = Gauge(
@@ -461,6 +469,19 @@ class AgentMetrics:
                 known = [c for c in counts if c is not None]
                 if known:
                     self._show(self._nvlink_errors).labels(address, label).set(sum(known))
+
+    def set_gpu_process_cpus(self, counts: Mapping[str, Mapping[CpuVerdict, int]]) -> None:
+        """`mcpnode_gpu_processes{gpu,cpus}`: per GPU (PCI address), the processes using it by
+        CPU verdict (placement/ps.py's cpu_verdict_counts); the series of GPUs not in `counts`
+        are removed (an empty `counts`: auto-pinning stopped, nothing is counted)."""
+        gauge = self._gpu_processes
+        gauge.clear()
+        if not counts:
+            return
+        gauge = self._show(gauge)
+        for gpu, by_verdict in sorted(counts.items()):
+            for verdict, n in sorted(by_verdict.items()):
+                gauge.labels(gpu, verdict).set(n)
 
     # -- hardware health ------------------------------------------------------------------------
 

@@ -72,6 +72,18 @@ def test_publish_result_is_one_hot_and_checked() -> None:
         m.record_publish("maybe")  # type: ignore[arg-type]
 
 
+def test_gpu_process_counts_replace_the_last_scan_and_go_when_empty() -> None:
+    m = AgentMetrics()
+    assert "mcpnode_gpu_processes" not in m.render().decode()
+    m.set_gpu_process_cpus({"0000:18:00.0": {"slice": 1, "node": 0, "off-node": 2, "unknown": 0}})
+    m.set_gpu_process_cpus({"0000:3a:00.0": {"slice": 0, "node": 1, "off-node": 0, "unknown": 0}})
+    got = gpu_series(m, "mcpnode_gpu_processes")
+    assert got[(("cpus", "node"), ("gpu", "0000:3a:00.0"))] == 1
+    assert len(got) == 4  # the first GPU's series went with the scan that no longer has it
+    m.set_gpu_process_cpus({})
+    assert gpu_series(m, "mcpnode_gpu_processes") == {}
+
+
 def test_nfd_expiry_series_come_and_go() -> None:
     m = AgentMetrics()
     assert "mcpnode_nfd_expiry_timestamp_seconds" not in m.render().decode()

@@ -136,6 +136,12 @@ def test_the_name_check_can_fail() -> None:
     assert "mcpnode_gpu_xids_total" not in exported_names()
 
 
+def test_docs_list_every_alert() -> None:
+    doc = (REPO / "docs" / "exporters.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`(Mcpnode[A-Za-z]+)`", doc))
+    assert listed == {r["alert"] for r in rules()}
+
+
 def test_xid_classes_are_the_audit_policy() -> None:
     classes = alert_rules.xid_classes()
     assert 79 in classes["FAIL"] and 48 in classes["FAIL"]  # fallen off the bus; DBE
@@ -173,6 +179,9 @@ def healthy(instance: str) -> list[dict[str, str]]:
         series(instance, "mcpnode_drift_given_up", "0x90", key=KEY),
         series(instance, "mcpnode_tuning_compliance_known", "1x90"),
         series(instance, "mcpnode_audit_findings", "0x90", status="FAIL"),
+        series(instance, "mcpnode_gpu_processes", "2x90", gpu=GPU, cpus="slice"),
+        series(instance, "mcpnode_gpu_processes", "0x10 1x3 0x90", gpu=GPU, cpus="node"),
+        series(instance, "mcpnode_gpu_processes", "0x90", gpu=GPU, cpus="off-node"),
         series(instance, "mcpnode_publish_last_result", "0x90", result="failed"),
         series(instance, "mcpnode_config_reload_total", "0x90", result="rejected"),
         series(instance, "mcpnode_nfd_written_timestamp_seconds", "0+60x90"),
@@ -200,6 +209,8 @@ def sick() -> list[dict[str, str]]:
         series(a, "mcpnode_drift_given_up", "0x10 1x60", key=KEY),
         series(a, "mcpnode_tuning_compliance_known", "1x2 0x90"),
         series(a, "mcpnode_audit_findings", "0x2 3x90", status="FAIL"),
+        series(a, "mcpnode_gpu_processes", "0x90", gpu=GPU, cpus="node"),
+        series(a, "mcpnode_gpu_processes", "0x2 1x90", gpu=GPU, cpus="off-node"),
         series(a, "mcpnode_publish_last_result", "0x5 1x90", result="failed"),
         series(a, "mcpnode_config_reload_total", "0x15 1x60", result="rejected"),
         series(a, "mcpnode_nfd_written_timestamp_seconds", "0x90"),
@@ -261,6 +272,11 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
         f"The agent on {SICK} stopped writing back {KEY}: something else keeps changing it",
     ),
     "McpnodeTuningComplianceUnknown": ("40m", {}, f"Tuning compliance on {SICK} is unknown"),
+    "McpnodeGpuProcessMisplaced": (
+        "20m",
+        {"gpu": GPU, "cpus": "off-node"},
+        f"Processes using GPU {GPU} on {SICK} run outside its CPU slice (off-node: 1)",
+    ),
     "McpnodeAuditFail": ("20m", {"status": "FAIL"}, f"The audit on {SICK} has 3 FAILed findings"),
     "McpnodeAgentDown": (
         "20m",
