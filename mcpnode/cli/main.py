@@ -29,6 +29,7 @@ from mcpnode.errors import (
 )
 
 if TYPE_CHECKING:
+    from mcpnode.audit.model import Status
     from mcpnode.host import Host
     from mcpnode.placement.apply import Target
     from mcpnode.tuning.journal import JournalStore
@@ -380,6 +381,17 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
 # -- audit ------------------------------------------------------------------------------------
 
 
+def _status_list(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[Status, ...]:
+    from mcpnode.cli.render_audit import parse_statuses
+
+    try:
+        return parse_statuses(values)
+    except ValueError as err:
+        raise click.BadParameter(str(err), ctx=ctx, param=param) from err
+
+
 @cli.command()
 @root_option
 @click.option(
@@ -399,6 +411,21 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
 )
 @click.option("--only", multiple=True, metavar="GLOB", help="Only finding ids matching (repeat).")
 @click.option("--skip", multiple=True, metavar="GLOB", help="Drop finding ids matching (repeat).")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    metavar="LIST",
+    callback=_status_list,
+    help="Only findings of these statuses, comma-separated (FAIL,WARN), in every format; like "
+    "--only, the summary and the exit status count only them.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Text: list every finding by area (default: FAIL, WARN and SKIP, then counts per area).",
+)
 @click.option("--strict", is_flag=True, help="WARN fails the audit too (exit 1).")
 @click.option(
     "--expect",
@@ -431,6 +458,8 @@ def audit(
     output: Path | None,
     only: tuple[str, ...],
     skip: tuple[str, ...],
+    statuses: tuple[Status, ...],
+    verbose: bool,
     strict: bool,
     expect_file: Path | None,
     profile_name: str | None,
@@ -468,12 +497,18 @@ def audit(
             expect=expect,
             expect_source=None if expect_file is None else str(expect_file),
         )
+    if statuses:
+        report = render_audit.filter_status(report, statuses)
+    # A status filter chose what to list: list all of it.
+    verbose = verbose or bool(statuses)
     if output is not None:
-        render_audit.write_atomic(output, render_audit.render(report, fmt, strict=strict))
+        text = render_audit.render(report, fmt, strict=strict, verbose=verbose)
+        render_audit.write_atomic(output, text)
         click.echo(render_audit.summary_line(report, strict), err=True)
     else:
         colored = fmt == "text" and stdout_color(ctx, color)
-        click.echo(render_audit.render(report, fmt, colored, strict), nl=False, color=colored)
+        text = render_audit.render(report, fmt, colored, strict, verbose)
+        click.echo(text, nl=False, color=colored)
     if render_audit.failed(report, strict):
         ctx.exit(EXIT_FINDINGS)
 
