@@ -15,12 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from mcpnode.agent.metrics import AgentMetrics
-from mcpnode.placement.exporters import prom
-from tests.exportcase import AUDIT, placement, topology
-from tests.test_agent_metrics import feed
+from tests.deploy.promql import exported_names, expr_names
 from tools import alert_rules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +32,6 @@ NO_PROMTOOL = "promtool not installed (apt-get install prometheus): promtool rul
 GROUP_KEYS = {"name", "interval", "rules", "limit", "partial_response_strategy", "query_offset"}
 RULE_KEYS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
 DURATION = re.compile(r"^(0|(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?)$")
-PROMQL_WORDS = {
-    "increase", "delta", "or", "unless", "offset", "time", "clamp_min", "and", "on", "ignoring",
-}  # fmt: skip
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -97,29 +90,8 @@ def test_every_alert_has_for_severity_summary_and_runbook() -> None:
         assert rule["annotations"]["description"].strip(), name
 
 
-def exported_names() -> set[str]:
-    """Every sample name the agent's endpoint and the textfile expose, fed as the endpoint test
-    feeds them (every family measured)."""
-    metrics = AgentMetrics()
-    feed(metrics)
-    host = "hgx-h100-8gpu-8nic"
-    texts = (metrics.render().decode(), prom.render(topology(host), placement(host), AUDIT))
-    return {
-        s.name for text in texts for f in text_string_to_metric_families(text) for s in f.samples
-    }
-
-
-def expr_names(expr: str) -> set[str]:
-    """The metric names of a PromQL expression: what is left after label matchers, strings,
-    durations, numbers, PromQL's words and template text are taken out."""
-    bare = re.sub(r"\{[^}]*\}", " ", expr)
-    bare = re.sub(r"\[[^\]]*\]", " ", bare)
-    bare = re.sub(r"\b\d+[smhdwy]\b|\b\d+(\.\d+)?\b", " ", bare)
-    return set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare)) - PROMQL_WORDS
-
-
 def test_rules_use_only_metrics_the_agent_exports() -> None:
-    exported = exported_names() | {"up"}  # `up`: Prometheus writes it for every target
+    exported = exported_names()
     used = set()
     for rule in rules():
         names = expr_names(rule["expr"])
