@@ -42,6 +42,9 @@ PROC_NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 PROC_SELF = "/proc/self"
 PROC_HOSTNAME = "/proc/sys/kernel/hostname"
 PROC_OSRELEASE = "/proc/sys/kernel/osrelease"
+# World-readable (0444) since DMI's sysfs class (Linux 2.6.16); GPU Feature Discovery's default
+# --machine-type-file (NVIDIA/k8s-device-plugin, internal/lm/machine-type.go).
+SYS_DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 # What a published manifest's freshness is checked against (placement/source.py).
 PROC_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SYS_UEVENT_SEQNUM = "/sys/kernel/uevent_seqnum"
@@ -98,6 +101,7 @@ def read_identity(host: HostReader, problems: Problems) -> HostIdentity:
     return HostIdentity(
         hostname=read_parsed(host, PROC_HOSTNAME, _strip, problems) or None,
         kernel_release=read_parsed(host, PROC_OSRELEASE, _strip, problems) or None,
+        machine=read_parsed(host, SYS_DMI_PRODUCT, _strip, problems) or None,
     )
 
 
