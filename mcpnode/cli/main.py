@@ -62,10 +62,14 @@ def cli(color: str | None) -> None:
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
+@color_option
+@click.pass_context
+def topo(ctx: click.Context, root: str, tree: bool, p2p: bool, fmt: str, color: str | None) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
-    output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt)
-    commands.write_output(output, _echo)
+    colored = stdout_color(ctx, color)
+    output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt, color=colored)
+    # click.echo drops colour codes off a terminal unless told: --color=always means it
+    commands.write_output(output, lambda text: click.echo(text, nl=False, color=colored))
 
 
 @cli.command()
@@ -922,9 +926,16 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_ERROR)
+    except click.UsageError as err:
+        # One line, as every other mistake (click's own show() prints the usage, a hint and
+        # the error on four): the command, what is wrong, where the options are listed.
+        path = err.ctx.command_path if err.ctx is not None else "mcpnode"
+        message = " ".join(err.format_message().split())
+        click.echo(f"{path}: {message} (`{path} --help` lists the options)", err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as err:
         err.show()
-        sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else EXIT_ERROR)
+        sys.exit(EXIT_ERROR)
     except (McpnodeError, OSError) as err:
         # One line and the documented status for each (cli/errors.py, shared with cli/fast.py).
         said = error_line(err)

@@ -856,7 +856,12 @@ def _text(
 
 
 def _parse_speed_mbps(text: str) -> int | None:
-    # `speed` is -1 (SPEED_UNKNOWN) when the link is down on most drivers.
+    # `speed` is -1 (SPEED_UNKNOWN) when the link is down on most drivers, and reading it fails
+    # with EINVAL while the interface is not running (net/core/net-sysfs.c, speed_show), which
+    # copies of sysfs (snapshots of such a read, `cp -r` dumps) hold as an empty file: both
+    # are the kernel's normal answers for a link that is down, unknown speed, not garbage.
+    if not text.strip():
+        return None
     value = parse.parse_int(text)
     return value if value > 0 else None
 
