@@ -26,6 +26,14 @@ $(STAMP_DEV): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@ $(STAMP_RUN)
 
+# Man pages and completion, generated from the command tree into the venv where a wheel would
+# put them (an editable install carries no data files); redone when a command changes. The
+# line it prints says how to reach them.
+STAMP_DOCS := $(VENV)/.installed-docs
+$(STAMP_DOCS): $(wildcard mcpnode/cli/*.py) tools/manpages.py | $(STAMP_RUN)
+	@$(PY) -m tools.manpages --prefix $(VENV)
+	@touch $@
+
 # Up to date in ~50 ms when nothing changed (compileall compares mtimes).
 bytecode:
 	@$(PY) -m compileall -q mcpnode
@@ -35,7 +43,7 @@ bytecode:
 ## runs and make succeeds. Exit 2 (the audit could not run) makes `make run` fail, after topo.
 ## AUDIT_ARGS go to the audit (--format json, --only 'gpu.*'), RUN_ARGS to topo (--tree).
 AUDIT_ARGS ?=
-run: $(STAMP_RUN) bytecode
+run: $(STAMP_RUN) bytecode $(STAMP_DOCS)
 	@$(VENV)/bin/mcpnode audit $(AUDIT_ARGS); rc=$$?; \
 	echo; $(VENV)/bin/mcpnode topo $(RUN_ARGS) || exit $$?; \
 	if [ $$rc -ge 2 ]; then echo "make run: mcpnode audit could not run (exit $$rc)" >&2; exit $$rc; fi; \

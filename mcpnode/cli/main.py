@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from mcpnode import __version__
-from mcpnode.cli import commands
+from mcpnode.cli import commands, complete
 from mcpnode.cli.color import color_option, stdout_color
 from mcpnode.cli.errors import error_line
 from mcpnode.cli.options import (
@@ -198,7 +198,7 @@ def profiles_list(root: str, profiles_dir: Path | None, fmt: str) -> None:
 
 
 @profiles.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.profile_names)
 @root_option
 @profiles_dir_option
 @format_option
@@ -264,7 +264,14 @@ def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: st
 
 
 @cli.command()
-@click.option("--profile", "profile_name", default="base", show_default=True, help=PROFILE_HELP)
+@click.option(
+    "--profile",
+    "profile_name",
+    default="base",
+    show_default=True,
+    help=PROFILE_HELP,
+    shell_complete=complete.profile_names,
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--persist", is_flag=True, help="Also write /etc/sysctl.d/90-mcpnode.conf.")
 @root_option
@@ -312,6 +319,7 @@ def apply(
     "--profile",
     "profile_name",
     default=None,
+    shell_complete=complete.profile_names,
     help=PROFILE_HELP + " Default: the active profile (`mcpnode profiles active`).",
 )
 @root_option
@@ -413,8 +421,20 @@ def _status_list(
     callback=check_output_dir,
     help="Write the report to FILE (atomically) instead of stdout.",
 )
-@click.option("--only", multiple=True, metavar="GLOB", help="Only finding ids matching (repeat).")
-@click.option("--skip", multiple=True, metavar="GLOB", help="Drop finding ids matching (repeat).")
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="GLOB",
+    help="Only finding ids matching (repeat).",
+    shell_complete=complete.finding_ids,
+)
+@click.option(
+    "--skip",
+    multiple=True,
+    metavar="GLOB",
+    help="Drop finding ids matching (repeat).",
+    shell_complete=complete.finding_ids,
+)
 @click.option(
     "--status",
     "statuses",
@@ -443,6 +463,7 @@ def _status_list(
     "--profile",
     "profile_name",
     default=None,
+    shell_complete=complete.profile_names,
     help="Tuning profile to check compliance against (default: the active profile, "
     "`mcpnode profiles active`; none active: tuning checks are INFO).",
 )
@@ -699,7 +720,12 @@ def placement_options(fn: F) -> F:
         help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
     )(fn)
     fn = click.option(
-        "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."
+        "--gpu",
+        "selector",
+        required=True,
+        metavar="N|UUID|all-local",
+        help="GPU(s) to place on.",
+        shell_complete=complete.gpu_selectors,
     )(fn)
     return root_option(fn)
 
