@@ -11,7 +11,7 @@ root that cannot be read completes nothing, as a shell would for a missing direc
 - GPUs: each GPU's index and its UUID (`exec --gpu`, `pin`, `systemd-dropin` take either), and
   `all-local` where the option takes it; from discovery, NVML included;
 - finding ids: the ids this root's audit produces now (an audit runs, about half a second),
-  and each area's glob (`gpu.*`), since `--only`/`--skip` take globs.
+  and each area's pattern (`gpu.*`), since `--only`/`--skip` take patterns.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def gpu_selectors(
 def finding_ids(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
-    """The finding ids of the root's audit now, and every area's glob."""
+    """The finding ids of the root's audit now, and every area's pattern (`gpu.*`)."""
     from mcpnode.audit.run import AREAS, run_audit
     from mcpnode.host import Host
 
