@@ -14,7 +14,11 @@ class UsageError(McpnodeError):
 
 
 class RootError(McpnodeError):
-    """The `--root` given cannot be used at all (missing, not a directory or tarball, corrupt)."""
+    """The `--root` given cannot be used at all (missing, not a directory or tarball, corrupt).
+    `given_as` names what the user gave it as, for the error line: `--root`, or a command's
+    argument read the same way (`fleet-report`'s DIR)."""
+
+    given_as = "--root"
 
 
 class HostError(McpnodeError):

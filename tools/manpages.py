@@ -4,7 +4,8 @@ Run at build time by tools/build_backend.py, which writes them under build/data/
 wheel's data files (pyproject.toml, [tool.setuptools.data-files]): `share/man/man1/*.1`,
 `share/bash-completion/completions/mcpnode`, `share/zsh/site-functions/_mcpnode`,
 `share/fish/vendor_completions.d/mcpnode.fish`. `python3 -m tools.manpages DIR` does the same
-by hand.
+by hand. `python3 -m tools.manpages --prefix .venv` installs them where the wheel would, under
+a prefix: `make run` does it for its editable install, which carries no data files.
 
 One page per command, named as git names its pages: `mcpnode(1)` for the group and the exit
 statuses, `mcpnode-topo(1)`, `mcpnode-profiles-list(1)`. Everything on a page comes from the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -192,7 +194,53 @@ def write_all(out: Path) -> list[Path]:
     return written
 
 
+# Where the wheel installs each generated file under its prefix (pyproject.toml,
+# [tool.setuptools.data-files]).
+INSTALLED = {
+    "man/man1": "share/man/man1",
+    f"completion/{COMPLETION_FILES['bash']}": "share/bash-completion/completions",
+    f"completion/{COMPLETION_FILES['zsh']}": "share/zsh/site-functions",
+    f"completion/{COMPLETION_FILES['fish']}": "share/fish/vendor_completions.d",
+}
+
+
+def install(prefix: Path) -> list[Path]:
+    """Generate (in a temporary directory) and copy each file where the wheel puts it under
+    `prefix`; the old mcpnode pages go first, so a removed command loses its page."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return _install(prefix, Path(tmp))
+
+
+def _install(prefix: Path, staging: Path) -> list[Path]:
+    write_all(staging)
+    out = []
+    for source, target in INSTALLED.items():
+        src = staging / source
+        dest = prefix / target
+        dest.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            for old in dest.glob("mcpnode*.1"):
+                old.unlink()
+            files = sorted(src.iterdir())
+        else:
+            files = [src]
+        for f in files:
+            (dest / f.name).write_bytes(f.read_bytes())
+            out.append(dest / f.name)
+    return out
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    files = write_all(Path(sys.argv[1] if len(sys.argv) > 1 else "build/data"))
-    print(f"wrote {len(files)} files")
+    if sys.argv[1:2] == ["--prefix"] and len(sys.argv) == 3:
+        prefix = Path(sys.argv[2])
+        files = install(prefix)
+        man = (prefix / "share" / "man").resolve()
+        bash = (prefix / "share" / "bash-completion" / "completions" / "mcpnode").resolve()
+        print(
+            f"man pages and completion in {prefix}/share: `MANPATH={man}: man mcpnode` "
+            f"(or on PATH with {prefix}/bin), `. {bash}` for bash completion"
+        )
+    else:
+        files = write_all(Path(sys.argv[1] if len(sys.argv) > 1 else "build/data"))
+        print(f"wrote {len(files)} files")

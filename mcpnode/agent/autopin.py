@@ -130,6 +130,7 @@ class ScanResult:
     problems: tuple[str, ...]
     unreadable: int
     tracked: int  # processes pinned (or adopted) by this agent and still alive
+    processes: tuple[GpuProcess, ...] = ()  # every GPU process the scan found
 
 
 # -- parsers (pure) ----------------------------------------------------------------------------
@@ -501,6 +502,7 @@ class AutoPinner:
             tuple(out.problems),
             found.unreadable,
             self.tracked,
+            found.processes,
         )
 
     def _consider(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -46,6 +46,8 @@ from prometheus_client.metrics_core import Metric
 from mcpnode import __version__
 from mcpnode.audit.model import Finding, Status
 from mcpnode.audit.xid import CATALOG
+from mcpnode.placement.ps import CpuVerdict
+from mcpnode.topology.model import Gpu
 
 # What a scrape without an `Accept` the library recognises gets (`choose_encoder`'s default):
 # the text format 0.0.4, which every Prometheus version and scraper reads. prometheus_client
@@ -59,6 +61,11 @@ ApplyResult = Literal["ok", "failed"]
 APPLY_RESULTS: tuple[ApplyResult, ...] = ("ok", "failed")
 ReloadResult = Literal["ok", "rejected"]
 RELOAD_RESULTS: tuple[ReloadResult, ...] = ("ok", "rejected")
+PublishResult = Literal["ok", "failed"]
+PUBLISH_RESULTS: tuple[PublishResult, ...] = ("ok", "failed")
+# nvmlNvLinkErrorCounter_t as the `counter` label of mcpnode_gpu_nvlink_errors, from the
+# topology's NvLink fields (`replay_errors` -> `replay`).
+NVLINK_ERROR_LABELS = ("replay", "recovery", "crc_flit", "crc_data")
 DropReason = Literal["busy", "timeout", "evicted"]
 DROP_REASONS: tuple[DropReason, ...] = ("busy", "timeout", "evicted")
 # The label value that stands for every value past a cap (_LabelCap).
@@ -162,6 +169,54 @@ class AgentMetrics:
             "mcpnode_audit_findings",
             "Findings of the last audit, by status",
             ["status"],
+            registry=None,
+        )
+
+        self._publish_result = Gauge(
+            "mcpnode_publish_last_result",
+            "1 for the result of the last publish (ok|failed: the build, the manifest or an "
+            "exporter file failed), 0 for the other",
+            ["result"],
+            registry=None,
+        )
+        self._gpu_unhealthy = Gauge(
+            "mcpnode_gpu_unhealthy",
+            "1 when a finding of the last audit about the GPU FAILed (an XID, a fatal AER, "
+            "NVLink errors, hardware slowdown ...), else 0",
+            ["gpu"],
+            registry=None,
+        )
+        self._pcie_replays = Gauge(
+            "mcpnode_gpu_pcie_replays",
+            "NVML's PCIe replay counter of the GPU (since the driver loaded), as read by the "
+            "discovery the last publish used",
+            ["gpu"],
+            registry=None,
+        )
+        self._nvlink_errors = Gauge(
+            "mcpnode_gpu_nvlink_errors",
+            "NVML's NVLink error counter of the GPU summed over its links (since the driver "
+            "loaded), as read by the discovery the last publish used",
+            ["gpu", "counter"],
+            registry=None,
+        )
+        self._gpu_processes = Gauge(
+            "mcpnode_gpu_processes",
+            "Processes using the GPU at the last auto-pin scan, by where their CPUs are against "
+            "its placement (cpus=slice|node|off-node|unknown, as `mcpnode ps` says)",
+            ["gpu", "cpus"],
+            registry=None,
+        )
+        self._nfd_expiry = Gauge(
+            "mcpnode_nfd_expiry_timestamp_seconds",
+            "When the labels of the NFD feature file last written expire (its +expiry-time), "
+            "in seconds since the Unix epoch",
+            registry=None,
+        )
+        self._nfd_written = Gauge(
+            "mcpnode_nfd_written_timestamp_seconds",
+            "When the NFD feature file with an expiry was last written, in seconds since the "
+            "Unix epoch",
             registry=None,
         )
 
@@ -365,6 +420,68 @@ class AgentMetrics:
         gauge = self._show(self._audit)
         for status, count in counts.items():
             gauge.labels(status.value).set(count)
+
+    # -- publication ----------------------------------------------------------------------------
+
+    def record_publish(self, result: PublishResult) -> None:
+        """`mcpnode_publish_last_result{result}`: 1 for `result`, 0 for the other.
+
+        Raises ValueError for a result outside PUBLISH_RESULTS."""
+        if result not in PUBLISH_RESULTS:
+            raise ValueError(f"publish result {result!r} is not one of {PUBLISH_RESULTS}")
+        gauge = self._show(self._publish_result)
+        for each in PUBLISH_RESULTS:
+            gauge.labels(each).set(1 if each == result else 0)
+
+    def set_nfd_expiry(self, written_s: float, expires_s: float | None) -> None:
+        """`mcpnode_nfd_written_timestamp_seconds` and `mcpnode_nfd_expiry_timestamp_seconds`
+        (Unix seconds) of the feature file just written; both series go when `expires_s` is
+        None (the file is written without an expiry, or no longer written)."""
+        for gauge in (self._nfd_written, self._nfd_expiry):
+            if expires_s is None and gauge in self._shown:
+                self.registry.unregister(gauge)
+                self._shown.discard(gauge)
+        if expires_s is not None:
+            self._show(self._nfd_written).set(written_s)
+            self._show(self._nfd_expiry).set(expires_s)
+
+    def set_gpu_state(self, gpus: Iterable[Gpu], unhealthy: Iterable[str]) -> None:
+        """After a publish, per GPU (label `gpu`: its PCI address, as in mcpnode_gpu_xid_total):
+        `mcpnode_gpu_unhealthy` 1 when its address is in `unhealthy`, else 0;
+        `mcpnode_gpu_pcie_replays` and `mcpnode_gpu_nvlink_errors{counter}` (NVLINK_ERROR_LABELS,
+        summed over the GPU's links) as NVML answered the discovery; a counter NVML did not
+        answer (NotSupported, no NVML) has no series. The series of GPUs gone are removed."""
+        bad = set(unhealthy)
+        health = self._show(self._gpu_unhealthy)
+        health.clear()
+        self._pcie_replays.clear()
+        self._nvlink_errors.clear()
+        for gpu in gpus:
+            address = str(gpu.address)
+            health.labels(address).set(1 if address in bad else 0)
+            n = gpu.nvml
+            if n is None or n.lost:
+                continue
+            if n.pcie_replay_count is not None:
+                self._show(self._pcie_replays).labels(address).set(n.pcie_replay_count)
+            for label in NVLINK_ERROR_LABELS:
+                counts = [getattr(link, f"{label}_errors") for link in n.nvlinks]
+                known = [c for c in counts if c is not None]
+                if known:
+                    self._show(self._nvlink_errors).labels(address, label).set(sum(known))
+
+    def set_gpu_process_cpus(self, counts: Mapping[str, Mapping[CpuVerdict, int]]) -> None:
+        """`mcpnode_gpu_processes{gpu,cpus}`: per GPU (PCI address), the processes using it by
+        CPU verdict (placement/ps.py's cpu_verdict_counts); the series of GPUs not in `counts`
+        are removed (an empty `counts`: auto-pinning stopped, nothing is counted)."""
+        gauge = self._gpu_processes
+        gauge.clear()
+        if not counts:
+            return
+        gauge = self._show(gauge)
+        for gpu, by_verdict in sorted(counts.items()):
+            for verdict, n in sorted(by_verdict.items()):
+                gauge.labels(gpu, verdict).set(n)
 
     # -- hardware health ------------------------------------------------------------------------
 

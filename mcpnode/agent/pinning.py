@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from mcpnode.agent.config import AgentConfig
 from mcpnode.agent.part import AgentPart
 from mcpnode.placement.build import Built
+from mcpnode.placement.ps import cpu_verdict_counts
 from mcpnode.topology.nvml import GpuBackend
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class Pinning(AgentPart):
     def stop(self) -> None:
         self.pinner = None
         self.timers.cancel("pin")
+        self.metrics.set_gpu_process_cpus({})  # no scan, no count: the series go
 
     def reconfigure(self, old: AgentConfig) -> None:
         """A reload: a new pinner when auto-pinning was turned on or its rules changed; none
@@ -72,6 +74,11 @@ class Pinning(AgentPart):
                     self.metrics.count_pin(event.rule)
                 self.pinned = result.tracked
                 self.metrics.set_pinned_processes(result.tracked)
+                # After the pins: a process just pinned counts where it now runs.
+                pairs = ((p.pid, p.gpu_index) for p in result.processes)
+                self.metrics.set_gpu_process_cpus(
+                    cpu_verdict_counts(self.ctx.live, pairs, built.placement)
+                )
                 if result.pinned:
                     self.pinned_more()
         finally:

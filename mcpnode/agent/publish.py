@@ -96,16 +96,21 @@ class Publisher(AgentPart):
             )
         except McpnodeError as err:
             self.log.error("manifest.build-failed", reason=reason, error=str(err))
+            self.metrics.record_publish("failed")
             return
         self.built = built
+        failed = False
+        summary = summarize(built.audit)
         self.metrics.set_inventory(len(built.topology.gpus), len(built.topology.nics))
         self.metrics.set_audit_findings(built.audit.findings)
+        self.metrics.set_gpu_state(built.topology.gpus, summary.unhealthy_gpus)
         digest = content_hash(built.manifest)
         if digest != self._manifest_hash:
             try:
                 path = publish(self.host, built.manifest, publication(self._stamp, os.getpid()))
             except HostError as err:
                 self.log.error("manifest.publish-failed", reason=reason, error=str(err))
+                failed = True
             else:
                 self._manifest_hash = digest
                 self.log.info(
@@ -116,7 +121,6 @@ class Publisher(AgentPart):
                     gpus=len(built.topology.gpus),
                     nics=len(built.topology.nics),
                 )
-        summary = summarize(built.audit)
         options = Options(slurm_type=self.config.slurm_type)
         for kind in self.config.export_kinds:
             path = target_path(kind, self.config.export_dir(kind))
@@ -127,16 +131,19 @@ class Publisher(AgentPart):
                 self._write_export(kind, path, text)
             except McpnodeError as err:
                 self.log.error("export.failed", kind=kind, path=path, error=str(err))
+                failed = True
                 continue
             old = self.exports.get(kind)
             self.exports[kind] = (path, text)
             self.log.info("export.written", kind=kind, path=path, reason=reason)
             if old is not None and old[0] != path:
                 self._remove_export(kind, old[0], "moved")
+        self.metrics.record_publish("failed" if failed else "ok")
 
     def _write_export(self, kind: str, path: str, text: str) -> None:
         """Write one exporter file; the nfd file with its expiry, and the refresh scheduled.
         Raises McpnodeError (HostError, NfdLabelError)."""
+        expires: datetime | None = None
         if kind == "nfd" and self.config.nfd_expiry:
             expires = datetime.now(timezone.utc) + timedelta(seconds=self.config.nfd_expiry)
             text = nfd.with_expiry(text, expires)
@@ -144,6 +151,9 @@ class Publisher(AgentPart):
                 "nfd-refresh", self.config.nfd_expiry * NFD_REFRESH_FRACTION, self._refresh_nfd
             )
         self.host.write_file_atomic(path, text.encode(), mode=0o644)
+        if kind == "nfd":
+            # Only once written: an alert compares the expiry with now (deploy/prometheus/).
+            self.metrics.set_nfd_expiry(time.time(), expires.timestamp() if expires else None)
 
     def _refresh_nfd(self) -> None:
         """Rewrite the feature file with a new expiry, the labels unchanged (`_write_export`
@@ -188,6 +198,8 @@ class Publisher(AgentPart):
                 self._remove_export(kind, path, "disabled")
         if "nfd" not in config.export_kinds or not config.nfd_expiry:
             self.timers.cancel("nfd-refresh")
+            if "nfd" not in config.export_kinds:
+                self.metrics.set_nfd_expiry(time.time(), None)
         if config.nfd_expiry != old.nfd_expiry and "nfd" in self.exports:
             # Same path, same labels, another expiry (or none): rewrite it at the publish below.
             self.exports["nfd"] = (self.exports["nfd"][0], "")

@@ -182,6 +182,24 @@ def expectation_of(host: HostReader, topo: Topology) -> Expectation:
     )
 
 
+EXPECT_SCHEMA = "mcpnode.expect/v1"
+
+
+def expect_dict(e: Expectation) -> dict[str, Any]:
+    """`[expect]` as data: read back from the very lines `expect_lines` writes, so the TOML and
+    the JSON of one expectation agree."""
+    from mcpnode.codec import toml_bounded
+
+    table: dict[str, Any] = toml_bounded.loads("\n".join(expect_lines(e)) + "\n")["expect"]
+    return table
+
+
+def render_json(e: Expectation, source: str) -> str:
+    """`mcpnode expect --format json`: {schema, source, expect}."""
+    doc = {"schema": EXPECT_SCHEMA, "source": source, "expect": expect_dict(e)}
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def render(e: Expectation, source: str) -> str:
     """The file `mcpnode expect` writes: a comment saying where it came from, then [expect]."""
     head = [

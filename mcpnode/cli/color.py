@@ -5,17 +5,22 @@ user's explicit word and win; `auto` colours only a terminal, and not when `NO_C
 anything but the empty string, nor when `TERM=dumb`. The option is on the `mcpnode` group (for
 every command) and on the commands that colour (for `mcpnode audit --color=never`); the
 command's own wins. Logs are never coloured (mcpnode/logs.py).
+
+click is imported inside the functions that need it: cli/fast.py decides `topo --color` with
+`use_color` and must not pay for importing click.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import click
+if TYPE_CHECKING:
+    import click
 
-from mcpnode.cli.options import F
+F = TypeVar("F", bound=Callable[..., Any])  # cli/options.py's, which imports click
 
 CHOICES = ("auto", "always", "never")
 
@@ -33,6 +38,8 @@ def use_color(choice: str, env: Mapping[str, str], isatty: bool) -> bool:
 
 def color_option(fn: F) -> F:
     """`--color=auto|always|never`; None when not given (then the group's, then auto)."""
+    import click
+
     return click.option(
         "--color",
         "color",

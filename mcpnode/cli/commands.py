@@ -38,10 +38,12 @@ def write_output(output: Output, write: Callable[[str], object]) -> None:
 # -- discovery views ----------------------------------------------------------------------------
 
 
-def topo_command(root: str, *, tree: bool = False, p2p: bool = False, fmt: str = "text") -> Output:
-    """`mcpnode topo`: the matrix in `nvidia-smi topo -m` layout, the tree (`tree`), the GPU
-    peer-to-peer matrix (`p2p`), or JSON (`fmt="json"`, written in pieces). Raises RootError,
-    HostError."""
+def topo_command(
+    root: str, *, tree: bool = False, p2p: bool = False, fmt: str = "text", color: bool = False
+) -> Output:
+    """`mcpnode topo`: the matrix in `nvidia-smi topo -m` layout (its cells coloured by bucket
+    with `color`), the tree (`tree`), the GPU peer-to-peer matrix (`p2p`), or JSON
+    (`fmt="json"`, written in pieces). Raises RootError, HostError."""
     from mcpnode.host import Host
     from mcpnode.topology.discover import discover_host
 
@@ -61,7 +63,7 @@ def topo_command(root: str, *, tree: bool = False, p2p: bool = False, fmt: str =
         return render_topo.write_json, topology
     if tree:
         return render_topo.as_tree(topology)
-    return render_topo.as_matrix(topology)
+    return render_topo.as_matrix(topology, color)
 
 
 def gpus_command(root: str, *, fmt: str = "text") -> str:

@@ -302,13 +302,10 @@ def as_dict(cfg: AgentConfig) -> dict[str, dict[str, Any]]:
 
 
 def _expect_dict(cfg: AgentConfig) -> dict[str, Any]:
-    """`[expect]` as data: read back from the very lines `as_toml` writes, so the two agree."""
-    from mcpnode.audit.expect import expect_lines
-    from mcpnode.codec import toml_bounded
+    from mcpnode.audit.expect import expect_dict
 
     assert cfg.expect is not None
-    table: dict[str, Any] = toml_bounded.loads("\n".join(expect_lines(cfg.expect)) + "\n")["expect"]
-    return table
+    return expect_dict(cfg.expect)
 
 
 def show_json(cfg: AgentConfig) -> str:

@@ -57,15 +57,18 @@ def error_line(err: BaseException) -> tuple[str, int] | None:
     if isinstance(err, RootError):
         # Only the machine root raises it (a directory, a snapshot tarball): name the option,
         # and keep it one line (tarfile's error lists every compression it tried, a line each).
-        return f"mcpnode: --root {' '.join(str(err).split())}", EXIT_ERROR
+        return f"mcpnode: {err.given_as} {' '.join(str(err).split())}", EXIT_ERROR
     if _is_output_dir_missing(err):
         return f"mcpnode: {err}", EXIT_ERROR
     if isinstance(err, McpnodeError):
-        from mcpnode.tuning.errors import ProfileNotFound  # not at import: --help stays fast
+        # not at import: --help stays fast
+        from mcpnode.tuning.errors import ProfileNotFound, UnknownKey
 
         if isinstance(err, ProfileNotFound):
             # A name the user typed (--profile, profiles show): a usage error, in one line.
             return f"mcpnode: unknown profile {err.name!r} ({err.where})", EXIT_USAGE
+        if isinstance(err, UnknownKey):  # a key typed to `profiles explain`, likewise
+            return f"mcpnode: {err}", EXIT_USAGE
         return f"mcpnode: {type(err).__name__}: {err}", EXIT_ERROR
     if isinstance(err, OSError):
         # Output files (snapshot -o) are the only I/O outside Host; report them plainly.

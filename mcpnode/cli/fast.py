@@ -30,7 +30,12 @@ if TYPE_CHECKING:
 
 # command -> {option: takes a value, or the choices it takes}; flags are False.
 _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
-    "topo": {"--root": True, "--tree": False, "--format": ("text", "json")},
+    "topo": {
+        "--root": True,
+        "--tree": False,
+        "--format": ("text", "json"),
+        "--color": ("auto", "always", "never"),
+    },
     "gpus": {"--root": True, "--format": ("text", "json")},
     # `manifest show`, served only with --published (reading the file is the cheap part; a
     # manifest built anew needs discovery, the audit and the profile: click's path)
@@ -150,7 +155,12 @@ def _run(command: str, opts: dict[str, str | bool]) -> Output:
     if command == "manifest":
         return commands.manifest_show_command(root, published=True, fmt=fmt)
     if command == "topo":
-        return commands.topo_command(root, tree=bool(opts.get("--tree", False)), fmt=fmt)
+        from mcpnode.cli.color import use_color
+
+        color = use_color(str(opts.get("--color", "auto")), os.environ, sys.stdout.isatty())
+        return commands.topo_command(
+            root, tree=bool(opts.get("--tree", False)), fmt=fmt, color=color
+        )
     return commands.gpus_command(root, fmt=fmt)
 
 

@@ -23,14 +23,19 @@ def fleet_report(ctx: click.Context, directory: str, fmt: str) -> None:
     agrees, 1 on outliers, no majority or unreadable manifests, 2 when DIR holds no manifest
     or cannot be read."""
     # Imported here, not at the top: main.py imports this module to register the command.
+    from mcpnode.errors import RootError
     from mcpnode.exitcodes import EXIT_FINDINGS
     from mcpnode.fleet import render
     from mcpnode.fleet.load import load_fleet
     from mcpnode.fleet.report import compare
     from mcpnode.host import Host
 
-    with Host(directory) as host:
-        report = compare(load_fleet(host))
+    try:
+        with Host(directory) as host:
+            report = compare(load_fleet(host))
+    except RootError as err:
+        err.given_as = "fleet-report DIR"  # there is no --root here: name what was given
+        raise
     click.echo(render.as_json(report) if fmt == "json" else render.as_text(report), nl=False)
     if not report.ok:
         ctx.exit(EXIT_FINDINGS)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from mcpnode import __version__
-from mcpnode.cli import commands
+from mcpnode.cli import commands, complete
 from mcpnode.cli.color import color_option, stdout_color
 from mcpnode.cli.errors import error_line
 from mcpnode.cli.options import (
@@ -34,6 +34,7 @@ from mcpnode.errors import (
 )
 
 if TYPE_CHECKING:
+    from mcpnode.audit.model import Status
     from mcpnode.cli.placing import PlacementRequest
     from mcpnode.host import Host
     from mcpnode.tuning.journal import JournalStore
@@ -64,10 +65,14 @@ def cli(color: str | None) -> None:
     "--p2p", is_flag=True, help="GPU peer-to-peer matrix (`nvidia-smi topo -p2p r`) and ACS."
 )
 @format_option
-def topo(root: str, tree: bool, p2p: bool, fmt: str) -> None:
+@color_option
+@click.pass_context
+def topo(ctx: click.Context, root: str, tree: bool, p2p: bool, fmt: str, color: str | None) -> None:
     """GPU/NIC topology matrix in `nvidia-smi topo -m` layout (or a tree, or JSON)."""
-    output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt)
-    commands.write_output(output, _echo)
+    colored = stdout_color(ctx, color)
+    output = commands.topo_command(root, tree=tree, p2p=p2p, fmt=fmt, color=colored)
+    # click.echo drops colour codes off a terminal unless told: --color=always means it
+    commands.write_output(output, lambda text: click.echo(text, nl=False, color=colored))
 
 
 @cli.command()
@@ -196,7 +201,7 @@ def profiles_list(root: str, profiles_dir: Path | None, fmt: str) -> None:
 
 
 @profiles.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.profile_names)
 @root_option
 @profiles_dir_option
 @format_option
@@ -259,7 +264,14 @@ def profiles_active(root: str, state_dir: Path | None, config_path: str, fmt: st
 
 
 @cli.command()
-@click.option("--profile", "profile_name", default="base", show_default=True, help=PROFILE_HELP)
+@click.option(
+    "--profile",
+    "profile_name",
+    default="base",
+    show_default=True,
+    help=PROFILE_HELP,
+    shell_complete=complete.profile_names,
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--persist", is_flag=True, help="Also write /etc/sysctl.d/90-mcpnode.conf.")
 @root_option
@@ -309,6 +321,7 @@ def apply(
     "--profile",
     "profile_name",
     default=None,
+    shell_complete=complete.profile_names,
     help=PROFILE_HELP + " Default: the active profile (`mcpnode profiles active`).",
 )
 @root_option
@@ -380,6 +393,17 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
 # -- audit ------------------------------------------------------------------------------------
 
 
+def _status_list(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[Status, ...]:
+    from mcpnode.cli.render_audit import parse_statuses
+
+    try:
+        return parse_statuses(values)
+    except ValueError as err:
+        raise click.BadParameter(str(err), ctx=ctx, param=param) from err
+
+
 @cli.command()
 @root_option
 @click.option(
@@ -397,8 +421,35 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     callback=check_output_dir,
     help="Write the report to FILE (atomically) instead of stdout.",
 )
-@click.option("--only", multiple=True, metavar="GLOB", help="Only finding ids matching (repeat).")
-@click.option("--skip", multiple=True, metavar="GLOB", help="Drop finding ids matching (repeat).")
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="GLOB",
+    help="Only finding ids matching (repeat).",
+    shell_complete=complete.finding_ids,
+)
+@click.option(
+    "--skip",
+    multiple=True,
+    metavar="GLOB",
+    help="Drop finding ids matching (repeat).",
+    shell_complete=complete.finding_ids,
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    metavar="LIST",
+    callback=_status_list,
+    help="Only findings of these statuses, comma-separated (FAIL,WARN), in every format; like "
+    "--only, the summary and the exit status count only them.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Text: list every finding by area (default: FAIL, WARN and SKIP, then counts per area).",
+)
 @click.option("--strict", is_flag=True, help="WARN fails the audit too (exit 1).")
 @click.option(
     "--expect",
@@ -412,6 +463,7 @@ def rollback(root: str, state_dir: Path | None, wait_s: float, fmt: str) -> None
     "--profile",
     "profile_name",
     default=None,
+    shell_complete=complete.profile_names,
     help="Tuning profile to check compliance against (default: the active profile, "
     "`mcpnode profiles active`; none active: tuning checks are INFO).",
 )
@@ -431,6 +483,8 @@ def audit(
     output: Path | None,
     only: tuple[str, ...],
     skip: tuple[str, ...],
+    statuses: tuple[Status, ...],
+    verbose: bool,
     strict: bool,
     expect_file: Path | None,
     profile_name: str | None,
@@ -468,12 +522,18 @@ def audit(
             expect=expect,
             expect_source=None if expect_file is None else str(expect_file),
         )
+    if statuses:
+        report = render_audit.filter_status(report, statuses)
+    # A status filter chose what to list: list all of it.
+    verbose = verbose or bool(statuses)
     if output is not None:
-        render_audit.write_atomic(output, render_audit.render(report, fmt, strict=strict))
+        text = render_audit.render(report, fmt, strict=strict, verbose=verbose)
+        render_audit.write_atomic(output, text)
         click.echo(render_audit.summary_line(report, strict), err=True)
     else:
         colored = fmt == "text" and stdout_color(ctx, color)
-        click.echo(render_audit.render(report, fmt, colored, strict), nl=False, color=colored)
+        text = render_audit.render(report, fmt, colored, strict, verbose)
+        click.echo(text, nl=False, color=colored)
     if render_audit.failed(report, strict):
         ctx.exit(EXIT_FINDINGS)
 
@@ -657,7 +717,12 @@ def placement_options(fn: Callable[..., None]) -> Callable[..., None]:
         help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
     )(command)
     command = click.option(
-        "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."
+        "--gpu",
+        "selector",
+        required=True,
+        metavar="N|UUID|all-local",
+        help="GPU(s) to place on.",
+        shell_complete=complete.gpu_selectors,
     )(command)
     return root_option(command)
 
@@ -821,9 +886,16 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_ERROR)
+    except click.UsageError as err:
+        # One line, as every other mistake (click's own show() prints the usage, a hint and
+        # the error on four): the command, what is wrong, where the options are listed.
+        path = err.ctx.command_path if err.ctx is not None else "mcpnode"
+        message = " ".join(err.format_message().split())
+        click.echo(f"{path}: {message} (`{path} --help` lists the options)", err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as err:
         err.show()
-        sys.exit(EXIT_USAGE if isinstance(err, click.UsageError) else EXIT_ERROR)
+        sys.exit(EXIT_ERROR)
     except (McpnodeError, OSError) as err:
         # One line and the documented status for each (cli/errors.py, shared with cli/fast.py).
         said = error_line(err)

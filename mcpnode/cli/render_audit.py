@@ -7,6 +7,8 @@ import json
 import os
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,47 @@ def summary_line(report: AuditReport, strict: bool = False) -> str:
     return f"{len(report.findings)} checks: {counts}; audit {verdict}{extra}"
 
 
-def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> str:
+# What the text report lists one by one unless --verbose: what someone has to act on or know was
+# not checked, first the failures (kube-bench, `dcgmi diag` and NHC lead with them too). PASS and
+# INFO findings are counted per area.
+LISTED = (Status.FAIL, Status.WARN, Status.SKIP)
+
+
+def filter_status(report: AuditReport, statuses: Iterable[Status]) -> AuditReport:
+    """The report with only the findings of `statuses` (`--status`): like --only, the summary and
+    the exit status then count only them."""
+    keep = frozenset(statuses)
+    return replace(report, findings=tuple(f for f in report.findings if f.status in keep))
+
+
+def parse_statuses(values: Iterable[str]) -> tuple[Status, ...]:
+    """`--status FAIL,WARN` (comma-separated, repeatable, any case) -> statuses in STATUS_ORDER.
+    Raises ValueError naming the word that is no status."""
+    names = {s.value for s in Status}
+    chosen = set()
+    for value in values:
+        for word in value.split(","):
+            word = word.strip().upper()
+            if word not in names:
+                raise ValueError(f"{word or '(empty)'!r} is not one of {', '.join(sorted(names))}")
+            chosen.add(Status(word))
+    return tuple(s for s in STATUS_ORDER if s in chosen)
+
+
+def _counts(findings: Iterable[Finding]) -> str:
+    found = list(findings)
+    return ", ".join(
+        f"{n} {s.value}" for s in STATUS_ORDER if (n := sum(f.status is s for f in found))
+    )
+
+
+def as_text(
+    report: AuditReport, color: bool = False, strict: bool = False, verbose: bool = False
+) -> str:
+    """The terminal report. `verbose`: every finding, by area. Otherwise the FAIL, WARN and SKIP
+    findings (LISTED), failures first, then one line per area counting its findings; both then
+    give the remedies, the audit's own problems and the summary line."""
+
     def mark(status: Status) -> str:
         text = f"[{status.value}]"
         return f"{_COLOURS[status]}{text}{_RESET}" if color else text
@@ -70,10 +112,22 @@ def as_text(report: AuditReport, color: bool = False, strict: bool = False) -> s
         ),
         "",
     ]
-    for area, findings in _groups(report):
-        lines.append(f"== {titles.get(area, area)} ==")
-        lines.extend(f"{mark(f.status)} {_label(f)}: {printable(f.summary)}" for f in findings)
-        lines.append("")
+    if verbose:
+        for area, findings in _groups(report):
+            lines.append(f"== {titles.get(area, area)} ==")
+            lines.extend(f"{mark(f.status)} {_label(f)}: {printable(f.summary)}" for f in findings)
+            lines.append("")
+    else:
+        listed = [f for status in LISTED for f in report.findings if f.status is status]
+        if listed:
+            lines.append("== " + ", ".join(s.value for s in LISTED) + " ==")
+            lines.extend(f"{mark(f.status)} {_label(f)}: {printable(f.summary)}" for f in listed)
+            lines.append("")
+        groups = _groups(report)
+        if groups:
+            lines.append("== Areas (--verbose lists every finding) ==")
+            lines.extend(f"{titles.get(area, area)}: {_counts(fs)}" for area, fs in groups)
+            lines.append("")
     remedies = [f for f in report.findings if f.remedy and f.status in (Status.FAIL, Status.WARN)]
     if remedies:
         lines.append("== Remedies ==")
@@ -179,12 +233,18 @@ def as_junit(report: AuditReport, strict: bool = False) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
 
 
-def render(report: AuditReport, fmt: str, color: bool = False, strict: bool = False) -> str:
+def render(
+    report: AuditReport,
+    fmt: str,
+    color: bool = False,
+    strict: bool = False,
+    verbose: bool = False,
+) -> str:
     if fmt == "json":
         return as_json(report, strict)
     if fmt == "junit":
         return as_junit(report, strict)
-    return as_text(report, color, strict)
+    return as_text(report, color, strict, verbose)
 
 
 def write_atomic(path: Path, text: str) -> None:

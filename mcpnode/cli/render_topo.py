@@ -36,9 +36,28 @@ def write_json(topo: Topology, write: Callable[[str], object]) -> None:
     jsonout.write_json(topology_json(topo), write)
 
 
-def as_matrix(topo: Topology) -> str:
+# `--color`: the matrix cells by how close the pair is, from NVLink to across sockets (the
+# colours of cli/render_audit.py: green as PASS, yellow as WARN, red as FAIL).
+_CELL_COLOURS = {
+    "PIX": "\033[32m",
+    "PXB": "\033[33m",
+    "PHB": "\033[33m",
+    "NODE": "\033[33m",
+    "SYS": "\033[31m",
+}
+_NV_COLOUR = "\033[32m"
+_RESET = "\033[0m"
+
+
+def _coloured(cell: str) -> str:
+    colour = _NV_COLOUR if cell.startswith("NV") else _CELL_COLOURS.get(cell)
+    return f"{colour}{cell}{_RESET}" if colour else cell
+
+
+def as_matrix(topo: Topology, color: bool = False) -> str:
     """nvidia-smi `topo -m` layout: TAB separated, ` X ` on the diagonal, NIC rows ending in
-    empty affinity cells, then Legend and NIC Legend."""
+    empty affinity cells, then Legend and NIC Legend. `color`: each pair's cell coloured by its
+    bucket (the tabs keep the columns where they are)."""
     m = build_matrix(topo)
     out: list[str] = []
     if not topo.gpus:
@@ -50,6 +69,8 @@ def as_matrix(topo: Topology) -> str:
         out.append("\t".join(head))
         for row in m.rows:
             cells = [" X " if c == "X" else c for c in row.cells]
+            if color:
+                cells = [_coloured(c) for c in cells]
             tail = [row.cpu_affinity or "", row.numa_affinity or "", "", row.gpu_numa_id or ""]
             if row.cpu_affinity is None:
                 # nvidia-smi ends NIC rows with four empty cells (header has three names:

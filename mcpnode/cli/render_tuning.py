@@ -173,7 +173,7 @@ def verify_text(report: VerifyReport, active: ActiveProfile | None = None) -> st
         rows = [(d.key, _cell(d.expected), _cell(d.actual), d.reason) for d in report.drift]
         lines.append(table(("KEY", "EXPECTED", "ACTUAL", "REASON"), rows).rstrip("\n"))
     for item in report.unsupported:
-        lines.append(f"not on this kernel: {item.key} ({_p(item.reason)})")
+        lines.append(f"not present: {item.key} ({_p(item.reason)})")
     for item in report.unverified:
         lines.append(f"not verified: {item.key} ({item.action}: {_p(item.reason)})")
     return "\n".join(lines) + "\n"

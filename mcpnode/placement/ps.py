@@ -36,6 +36,7 @@ LOCAL_SHARE = 0.9
 SCHEMA = "mcpnode.ps/v1"
 
 CpuVerdict = Literal["slice", "node", "off-node", "unknown"]
+CPU_VERDICTS: tuple[CpuVerdict, ...] = ("slice", "node", "off-node", "unknown")
 MemoryVerdict = Literal["local", "remote", "none", "unknown"]
 Verdict = Literal["placed", "misplaced", "unknown"]
 
@@ -132,6 +133,26 @@ def _comm(live: Host, pid: int) -> str | None:
     except (HostError, ParseError):
         return None
     return stat.split("(", 1)[1].rpartition(")")[0]
+
+
+def cpu_verdict_counts(
+    live: Host, pairs: Iterable[tuple[int, int]], placement: Placement
+) -> dict[str, dict[CpuVerdict, int]]:
+    """For each GPU of `placement` (by PCI address), how many of the (pid, GPU index) `pairs`
+    on it get each CPU verdict (every verdict present, zeros included). The CPU verdict alone:
+    numa_maps is not read, because the kernel walks the process's page tables to write it,
+    which on an inference process mapping hundreds of GB is slow and holds its mmap lock; the
+    agent counts this on every auto-pin scan (`mcpnode ps` reads both)."""
+    by_index = {g.index: g for g in placement.gpus}
+    counts: dict[str, dict[CpuVerdict, int]] = {
+        str(g.address): dict.fromkeys(CPU_VERDICTS, 0) for g in placement.gpus
+    }
+    for pid, index in pairs:
+        gpu = by_index.get(index)
+        if gpu is None:
+            continue
+        counts[str(gpu.address)][classify_cpus(_status_cpus(live, pid), gpu)] += 1
+    return counts
 
 
 def ps_rows(live: Host, found: Iterable[Found], placement: Placement) -> tuple[PsRow, ...]:

@@ -405,6 +405,9 @@ class Nvme:
 class HostIdentity:
     hostname: str | None
     kernel_release: str | None
+    # DMI's product_name, the system's model as its firmware names it (`SYS-821GE-TNHR`,
+    # `DGXA100 920-23687-2530-000`); None where there is no DMI (ARM without SMBIOS, some VMs).
+    machine: str | None = None
 
 
 @record(frozen=True)

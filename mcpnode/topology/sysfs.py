@@ -42,6 +42,9 @@ PROC_NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 PROC_SELF = "/proc/self"
 PROC_HOSTNAME = "/proc/sys/kernel/hostname"
 PROC_OSRELEASE = "/proc/sys/kernel/osrelease"
+# World-readable (0444) since DMI's sysfs class (Linux 2.6.16); GPU Feature Discovery's default
+# --machine-type-file (NVIDIA/k8s-device-plugin, internal/lm/machine-type.go).
+SYS_DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 # What a published manifest's freshness is checked against (placement/source.py).
 PROC_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SYS_UEVENT_SEQNUM = "/sys/kernel/uevent_seqnum"
@@ -102,6 +105,7 @@ def read_identity(host: HostReader, problems: Problems) -> HostIdentity:
     return HostIdentity(
         hostname=read_parsed(host, PROC_HOSTNAME, _strip, problems) or None,
         kernel_release=read_parsed(host, PROC_OSRELEASE, _strip, problems) or None,
+        machine=read_parsed(host, SYS_DMI_PRODUCT, _strip, problems) or None,
     )
 
 
@@ -862,7 +866,12 @@ def _text(
 
 
 def _parse_speed_mbps(text: str) -> int | None:
-    # `speed` is -1 (SPEED_UNKNOWN) when the link is down on most drivers.
+    # `speed` is -1 (SPEED_UNKNOWN) when the link is down on most drivers, and reading it fails
+    # with EINVAL while the interface is not running (net/core/net-sysfs.c, speed_show), which
+    # copies of sysfs (snapshots of such a read, `cp -r` dumps) hold as an empty file: both
+    # are the kernel's normal answers for a link that is down, unknown speed, not garbage.
+    if not text.strip():
+        return None
     value = parse.parse_int(text)
     return value if value > 0 else None
 

@@ -390,7 +390,14 @@ def rollback(host: Host, store: JournalStore, log: Any | None = None) -> Rollbac
     Raises LockBusy (another run holds the state lock), JournalError (unreadable or untrusted
     journal) or RollbackIncomplete (some originals could not be written; the journal is kept)."""
     log = log if log is not None else logger()
-    with store.lock.hold(store.wait_s):
+    lock = store.lock
+    if not lock.host.exists(lock.path) and not store.host.exists(store.path):
+        # Every apply holds this lock from before its journal's first save, creating its file:
+        # with neither file nothing was applied here (no journal, no temp file to clean), and a
+        # rollback that finds nothing to do leaves nothing behind either. Anything at the
+        # journal's path, even without a lock, is loaded under the lock and judged as ever.
+        return RollbackResult(store.shown, None, ())
+    with lock.hold(store.wait_s):
         _remove_stale_temps(host, store, log)
         journal = store.load()
         if journal is None:

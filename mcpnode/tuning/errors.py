@@ -38,6 +38,18 @@ class ProfileNotFound(ProfileError):
         self.available = available
 
 
+class UnknownKey(McpnodeError):
+    """`profiles explain KEY` for a key nothing knows: not under this root's /proc/sys, not in
+    mcpnode's key facts, set by no profile (a typo, most likely). A usage error (exit 64), as an
+    unknown profile name is."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(
+            f"unknown key {key!r}: {why}; mcpnode's facts and every profile lack it too"
+        )
+        self.key = key
+
+
 class JournalError(McpnodeError):
     """The tuning journal exists but cannot be read or trusted. Never treated as empty: the
     originals it holds are the only way back, so apply and rollback stop until a person looks."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mcpnode.host import Host
 from mcpnode.tuning import paths, plugins, privilege
-from mcpnode.tuning.errors import ProfileError
+from mcpnode.tuning.errors import ProfileError, UnknownKey
 from mcpnode.tuning.facts import FACTS, netns_note
 from mcpnode.tuning.profile import list_profiles, load_profile
 from mcpnode.tuning.read import Absent, read_value
@@ -43,7 +43,8 @@ class Explanation:
 def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation:
     """Everything known about `key` (a sysctl name or a `vm:`/`cpu:` key). Reads the current
     value through `host` and every profile; broken profiles are skipped here (`profiles list`
-    shows their errors). Raises ProfileError when `key` is not a key at all."""
+    shows their errors). Raises ProfileError when `key` is not a key at all, UnknownKey when
+    nothing knows it (absent under this root, no facts, no profile sets it)."""
     subsystem = plugins.owner(key)
     explained = subsystem.explained(key) if subsystem is not None else None
     if explained is None:
@@ -52,6 +53,7 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
     lookup, path = explained
     current: str | None = None
     current_note: str | None = None
+    absent: Absent | None = None
     if path is not None:
         reading = read_value(host, path)
         if isinstance(reading, str):
@@ -59,7 +61,9 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
         else:
             current_note = reading.reason
             if isinstance(reading, Absent):
-                current_note = f"not on this kernel ({reading.reason})"
+                absent = reading
+                where = "on this kernel" if host.is_live else "in this root"
+                current_note = f"not {where} ({reading.reason})"
     found: dict[tuple[str, str], tuple[str, list[str]]] = {}
     for info in list_profiles(host, system_dir):
         if info.error is not None:
@@ -77,6 +81,8 @@ def explain(key: str, host: Host, system_dir: Path | None = None) -> Explanation
         SetBy(file, rule, comment, tuple(names)) for (file, rule), (comment, names) in found.items()
     ]
     facts = FACTS.get(key) or (subsystem.facts(lookup) if subsystem is not None else None)
+    if absent is not None and facts is None and not set_by:
+        raise UnknownKey(key, absent.reason)
     req = plugins.requirement(key)
     need = "root (euid 0)" if req.root else ""
     if req.cap_instead_of_root is not None:

@@ -19,6 +19,14 @@ from mcpnode.tuning import paths
 __all__ = ["Absent", "Reading", "Unreadable", "file_reading", "optional", "read_value", "tokens"]
 
 
+def absent(host: Host, path: str) -> Absent:
+    """The key's file is not there: on the live machine the kernel lacks it; under a recorded
+    root (`--root X`) it is the root that lacks it, which says nothing of any kernel."""
+    if host.is_live:
+        return Absent(f"no {path} on this kernel")
+    return Absent(f"no {path} in the root {host.source}")
+
+
 def read_value(host: Host, path: str) -> Reading:
     """One file as a Reading; sysctl paths must also resolve strictly under /proc/sys."""
     try:
@@ -28,14 +36,14 @@ def read_value(host: Host, path: str) -> Reading:
     except HostError as err:
         return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
     if text is None:
-        return Absent(f"no {path} on this kernel")
+        return absent(host, path)
     if path.startswith(paths.SYSCTL_ROOT + "/") and not host.is_live:
         # A fake root may hold symlinks; a key must not read (or later write) anything that
         # is not a sysctl. /proc/sys itself has no symlinks, so the live root skips this.
         try:
             real = host.realpath(path)
         except PathNotFound:
-            return Absent(f"no {path} on this kernel")
+            return absent(host, path)
         except HostError as err:
             return Unreadable(f"cannot resolve {path}: {err.detail}", denied=False)
         if not paths.is_sysctl_path(real):

@@ -32,6 +32,7 @@ from mcpnode.agent.metrics import (
 from mcpnode.audit.model import Finding, Status
 from mcpnode.audit.xid import CATALOG
 from mcpnode.errors import McpnodeError
+from tests.support.exportcase import topology
 
 
 class Log:
@@ -213,6 +214,10 @@ def feed(m: AgentMetrics) -> None:
     m.count_sxid("0000:07:00.0", 24007)
     m.set_ib_link_downed("mlx5_0/1", 3)
     m.count_ib_flap("mlx5_0/1", 2)
+    m.record_publish("ok")
+    m.set_gpu_state(topology("hgx-h100-8gpu-8nic").gpus, ["0000:3a:00.0"])
+    m.set_nfd_expiry(1_700_000_000.0, 1_700_000_300.0)
+    m.set_gpu_process_cpus({"0000:3a:00.0": {"slice": 2, "node": 1, "off-node": 0, "unknown": 0}})
 
 
 ALL_FAMILIES = {
@@ -244,6 +249,13 @@ ALL_FAMILIES = {
     "mcpnode_label_values_dropped",
     "mcpnode_ib_link_flaps",
     "mcpnode_ib_link_downed",
+    "mcpnode_publish_last_result",
+    "mcpnode_gpu_unhealthy",
+    "mcpnode_gpu_pcie_replays",
+    "mcpnode_gpu_nvlink_errors",
+    "mcpnode_nfd_expiry_timestamp_seconds",
+    "mcpnode_nfd_written_timestamp_seconds",
+    "mcpnode_gpu_processes",
 }
 
 

@@ -194,7 +194,9 @@ def test_text_report_shape(healthy: Path, sick: Path) -> None:
     assert ok.exit_code == 0
     lines = ok.output.splitlines()
     assert lines[0].startswith("mcpnode audit: host hgx-h100-node01")
-    assert "== Self ==" in lines and "== GPU health ==" in lines
+    assert "Self: 1 PASS" in lines and "GPU health: 126 PASS" in lines
+    verbose = invoke("--root", str(healthy), "--skip", "container", "--verbose").output
+    assert "== Self ==" in verbose.splitlines() and "== GPU health ==" in verbose.splitlines()
     assert lines[-2:] == [
         "== Summary ==",
         # 2 SKIP: expect.config (no [expect] given) and kubelet.config (not a Kubernetes node)

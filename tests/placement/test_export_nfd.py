@@ -190,6 +190,8 @@ GFD = {
         "cuda.driver.rev": "20",
         "cuda.runtime.major": "12",
         "cuda.runtime.minor": "8",
+        "gpu.machine": "SYS-821GE-TNHR",
+        "mig.capable": "true",
     },
     "dgx-a100": {
         "gpu.product": "NVIDIA-A100-SXM4-80GB",
@@ -202,6 +204,8 @@ GFD = {
         "cuda.driver.rev": "01",  # as the driver (and GFD) write it; Gt/Lt read 1
         "cuda.runtime.major": "12",
         "cuda.runtime.minor": "2",
+        "gpu.machine": "DGXA100-920-23687-2530-000",
+        "mig.capable": "true",
     },
 }
 

@@ -94,7 +94,7 @@ def test_explain_global_net_key_and_missing_key(dirs: tuple[str, str]) -> None:
     )  # fmt: skip
     doc = json.loads(out)["explain"]
     assert code == 0 and doc["netns"].startswith("global")
-    assert doc["current"] is None and "not on this kernel" in doc["current_note"]
+    assert doc["current"] is None and "not in this root" in doc["current_note"]
     code, _, err = run_cli("profiles", "explain", "../etc/passwd", "--root", root)
     assert code == 2 and "'../etc/passwd'" in err
 

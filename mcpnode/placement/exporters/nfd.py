@@ -21,6 +21,22 @@ supports). The numbers are digits only, as the driver writes them, so node affin
 `Lt` (which parse an integer) work on them. A
 selector written for `nvidia.com/gpu.product` reads the same with `mcpnode.io/gpu.product`.
 
+MIG and the machine, as GFD labels them (internal/lm/nvml.go, mig-strategy.go, strategy.go,
+machine-type.go):
+- `gpu.machine`: DMI's product_name with every space made a dash, `unknown` when it cannot be
+  read (GFD's machineTypeUnknown); only on a node with GPUs, as GFD labels nothing without.
+- `mig.capable`: `true` when any GPU answers nvmlDeviceGetMigMode (go-nvlib's IsMigCapable:
+  NotSupported means not capable), `false` when every GPU answered NotSupported; left out when a
+  GPU's answer is unknown (no NVML, another error).
+- `mig.strategy`: GFD's is configured, and it writes the label only for `single` or `mixed`.
+  mcpnode labels the one this node's MIG layout needs, by GFD's own test of a valid `single`
+  layout (newMigStrategySingleLabeler): `single` when every GPU is in MIG mode, none is empty
+  and all MIG devices share one profile; `mixed` for any other layout with a GPU in MIG mode
+  (where `single` would label the node `MIG-INVALID`); no label when no GPU is in MIG mode
+  (GFD's `none`).
+- `mig-<profile>.count`: MIG devices per profile (`mig-1g.10gb.count=7`), GFD's `mixed`
+  resource labels `nvidia.com/mig-<profile>.count`.
+
 Expiry (`with_expiry`): nfd-worker drops the labels of a file whose `# +expiry-time=` directive
 (RFC 3339) lies in the past (source/local/local.go, `parseDirectives`; the directive applies to
 the lines after it). The agent writes one and rewrites the file before it expires, so labels of
@@ -175,6 +191,8 @@ def labels(
             by_index[g.index].numa_node if g.index in by_index else g.numa_node for g in gpus
         )
         put("gpu-numa-layout", layout)
+        put("gpu.machine", (topo.identity.machine or "unknown").replace(" ", "-"))
+        _mig_labels(topo, put)
         put("gpu-nic-pix", all(any(n.bucket == "PIX" for n in p.nics) for p in placement.gpus))
         slices = [len(p.slice_cpus) for p in placement.gpus]
         put("gpu-cpu-slice-min", min(slices) if slices else None)
@@ -273,6 +291,28 @@ def _nvlink_labels(topo: Topology, put: Callable[[str, object], None]) -> None:
     put("nvlink", f"NV{min(nv.values())}")
     idx = [g.index for g in topo.gpus]
     put("nvlink-all-pairs", all((a, b) in nv for a in idx for b in idx if a != b))
+
+
+def _mig_labels(topo: Topology, put: Callable[[str, object], None]) -> None:
+    """mig.capable, mig.strategy and the per-profile counts (module docstring)."""
+    nv = [g.nvml for g in topo.gpus]
+    modes = [n.mig_current if n is not None else None for n in nv]
+    if any(m is not None for m in modes):
+        put("mig.capable", True)
+    elif all(n is not None and ("mig_mode", "NotSupported") in n.unavailable for n in nv):
+        put("mig.capable", False)
+    if None in nv or not any(modes):
+        return
+    per_gpu = [n.mig_devices if n is not None and n.mig_current else None for n in nv]
+    profiles: dict[str, int] = {}
+    for devices in per_gpu:
+        for d in devices or ():
+            if d.profile is not None:
+                profiles[d.profile] = profiles.get(d.profile, 0) + 1
+    single = all(modes) and all(per_gpu) and len(profiles) == 1
+    put("mig.strategy", "single" if single else "mixed")
+    for profile, count in sorted(profiles.items()):
+        put(f"mig-{profile}.count", count)
 
 
 def _product_value(name: str) -> str:
