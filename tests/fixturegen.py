@@ -270,6 +270,10 @@ class HostSpec:
     # directory", topology-linux.c check_sysfs_cpu_path), so hosts benchmarked against lstopo
     # carry them. The committed fixtures predate this and keep their trees unchanged.
     cpu_masks: bool = False
+    # cpuN/cache/index{2,3}: (cores per L3 domain within a socket, L3 KiB, L2 KiB per core or
+    # None for no index2). None writes no cache directories, as the fixtures made before
+    # caches were read; unified caches only (L1 and its instruction half add files, no facts).
+    caches: tuple[int, int, int | None] | None = None
 
     @property
     def n_cpus(self) -> int:
@@ -1100,10 +1104,39 @@ class _Builder:
                 threads, package = by_core[pkg, core], by_pkg[pkg]
                 t.file(f"{d}/topology/thread_siblings", format_bitmap(threads, self.n_cpus) + "\n")
                 t.file(f"{d}/topology/core_siblings", format_bitmap(package, self.n_cpus) + "\n")
+            if s.caches is not None:
+                self._cache_dirs(d, pkg, core, by_core, layout)
             if cpu != 0:
                 t.file(f"{d}/online", "1\n")
             node = owner[cpu]
             t.link(f"{d}/node{node}", f"sys/devices/system/node/node{node}")
+
+    def _cache_dirs(
+        self,
+        d: str,
+        pkg: int,
+        core: int,
+        by_core: dict[tuple[int, int], list[int]],
+        layout: list[tuple[int, int, int]],
+    ) -> None:
+        """L2 per core, L3 per run of `caches[0]` cores of one socket (an AMD CCX / CCD; the
+        whole socket on Intel), as drivers/base/cacheinfo.c prints them."""
+        t, s = self.t, self.spec
+        assert s.caches is not None
+        per_l3, l3_kib, l2_kib = s.caches
+        ccx = core // per_l3
+        l3_cpus = [c for c, (p, k, _) in enumerate(layout) if p == pkg and k // per_l3 == ccx]
+        per_socket = -(-s.cores_per_socket // per_l3)
+        levels = [(3, 3, l3_cpus, l3_kib, pkg * per_socket + ccx)]
+        if l2_kib is not None:
+            levels.insert(0, (2, 2, by_core[pkg, core], l2_kib, pkg * s.cores_per_socket + core))
+        for index, level, shared, kib, ident in levels:
+            base = f"{d}/cache/index{index}"
+            t.file(f"{base}/level", f"{level}\n")
+            t.file(f"{base}/type", "Unified\n")
+            t.file(f"{base}/shared_cpu_list", format_cpulist(shared) + "\n")
+            t.file(f"{base}/size", f"{kib}K\n")
+            t.file(f"{base}/id", f"{ident}\n")
 
     def _nodes(self) -> None:
         t, s = self.t, self.spec
@@ -1468,6 +1501,7 @@ def hgx_h100_8gpu_8nic() -> HostSpec:
         ),
         host_bridges=tuple(bridges),
         description="from nvidia-smi topo -m in tests/fixtures/nvidia-smi/hgx-h100-8gpu-8nic.txt",
+        caches=(48, 107520, 2048),  # Xeon 8480+: one 105 MiB L3 per socket, 2 MiB L2
     )
 
 
@@ -1751,6 +1785,7 @@ def dgx_a100() -> HostSpec:
         ),
         root_device="/dev/md0",
         dmi=("NVIDIA", "DGXA100 920-23687-2530-000"),
+        caches=(4, 16384, 512),  # EPYC 7742: a 16 MiB L3 per 4-core CCX, 512 KiB L2
         description="from nvidia-smi topo -m in tests/fixtures/nvidia-smi/dgx-a100.txt",
     )
 
@@ -1888,6 +1923,7 @@ def single_gpu_kvm_vm_h100_pcie() -> HostSpec:
         sockets=1,
         cores_per_socket=252,
         threads_per_core=1,
+        caches=(252, 32768, None),  # QEMU's default: one L3 for the virtual socket (no L2 files)
         numa=(NumaSpec(0, "0-251", 1848735744, (10,)),),
         host_bridges=(hb,),
         root_device="/dev/vda1",

@@ -185,6 +185,7 @@ def as_tree(topo: Topology) -> str:
     for label in sorted(by_node, key=lambda s: (s == "NUMA unknown", len(s), s)):
         node = _node_line(label, topo)
         out.append(node)
+        out.extend(_cache_lines(label, topo))
         for hb in sorted(by_node[label]):
             out.append(f"  {hb} (host bridge)")
             for d in roots[hb]:
@@ -199,6 +200,32 @@ def _node_line(label: str, topo: Topology) -> str:
         if node is not None:
             return f"{label}: CPUs {node.cpus.cpulist() or '- (CPU-less)'}"
     return f"{label}:"
+
+
+def _cache_lines(label: str, topo: Topology) -> list[str]:
+    """Under a node line: each L3 domain holding its CPUs, then its L2 domains counted by size
+    (one per core on every x86 and arm64 server: listing them would only repeat the cores)."""
+    node = topo.node(int(label[4:])) if label.startswith("node") else None
+    if node is None or not node.cpus or not topo.caches:
+        return []
+    out = []
+    for c in topo.cache_domains(3):
+        if c.cpus & node.cpus:
+            out.append(f"  L3 {c.cpus.cpulist()} ({_kib(c.size_kib)})")
+    l2: dict[int | None, int] = defaultdict(int)
+    for c in topo.cache_domains(2):
+        if c.cpus & node.cpus:
+            l2[c.size_kib] += 1
+    if l2:
+        sizes = sorted(l2.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+        out.append("  L2 " + ", ".join(f"{n} x {_kib(size)}" for size, n in sizes))
+    return out
+
+
+def _kib(size: int | None) -> str:
+    if size is None:
+        return "size unknown"
+    return f"{size // 1024} MiB" if size >= 1024 and size % 1024 == 0 else f"{size} KiB"
 
 
 def _locality(dev: PciDevice, topo: Topology) -> str:

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from mcpnode.codec.record import replace
 from mcpnode.host import HostReader
 from mcpnode.topology import sysfs
+from mcpnode.topology.caches import read_caches
 from mcpnode.topology.model import (
     GPU_CLASSES,
     NVIDIA_VENDOR_ID,
@@ -61,6 +62,7 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
         raw_pci = sysfs.walk_pci(host, problems, limit)
         rdma_class = sysfs.read_rdma_class(host, problems)
         nvidia_claimed = sysfs.read_nvidia_driver_gpus(host)
+        caches = read_caches(host, cpus, problems, limit)
     # A cpuset may name CPUs that are offline or absent (cgroup v1 `cpuset.effective_cpus` on
     # nvidiagpunumanodes lists 0-87 of 0-15,88-103): only online CPUs can run this process.
     if process.cpus is not None:
@@ -93,6 +95,7 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
         process=process,
         problems=tuple(problems.items),
         nvml=nvml,
+        caches=caches,
     )
 
 

@@ -115,6 +115,18 @@ class CpuTopology:
 
 
 @record(frozen=True)
+class Cache:
+    """One L2 or L3 cache domain: the online CPUs sharing it (`cpu*/cache/index*/
+    shared_cpu_list`), as hwloc's L2Cache/L3Cache objects are. Unified and data caches only:
+    an instruction cache holds no working set a placement could keep warm."""
+
+    level: int  # 2 or 3
+    cpus: CpuSet  # online CPUs sharing it
+    size_kib: int | None  # `size` (the kernel prints KiB: `5118K`)
+    id: int | None  # `id`, unique per level (Linux 4.14+); None on older kernels
+
+
+@record(frozen=True)
 class ProcessCpus:
     """What *this process* may use, distinct from any device's locality.
 
@@ -422,6 +434,8 @@ class Topology:
     process: ProcessCpus
     problems: tuple[Problem, ...] = ()
     nvml: NvmlState | None = None  # None: NVML was not asked (sysfs-only discovery)
+    # L2 and L3 domains, by level then lowest CPU; () when sysfs has no cache/ directories
+    caches: tuple[Cache, ...] = ()
 
     __record_private__ = ("_pci_index",)
 
@@ -442,6 +456,10 @@ class Topology:
             if n.id == node_id:
                 return n
         return None
+
+    def cache_domains(self, level: int) -> tuple[Cache, ...]:
+        """The caches of one level (3: the L3 domains placement cuts slices along)."""
+        return tuple(c for c in self.caches if c.level == level)
 
     def rdma_nics(self) -> tuple[tuple[str, Nic], ...]:
         """(rdma device, NIC) pairs in natural name order: nvidia-smi's NIC0..NICn columns."""
