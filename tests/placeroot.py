@@ -6,6 +6,7 @@ apply it need CPUs 0 and 1 usable by this process and node 0 with memory (`skip_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -67,9 +68,10 @@ def spec() -> HostSpec:
     )
 
 
-def build(dest: Path) -> Path:
-    """Write the root under `dest`, NVML recording included; returns `dest`."""
-    host = spec()
+def build(dest: Path, caches: tuple[int, int, int | None] | None = None) -> Path:
+    """Write the root under `dest`, NVML recording included; returns `dest`. `caches`: the
+    cache directories to write (HostSpec.caches), none by default."""
+    host = dataclasses.replace(spec(), caches=caches)
     write_host(host, dest)
     nvml = nvmlgen.NvmlSpec(nvmlgen.base_gpus(host, nvmlgen.H100_PCIE))
     meta = nvmlgen.snapshot_meta_json(host, nvmlgen.record(dest, nvml)["nvml"])

@@ -124,9 +124,14 @@ def placement_target(
     to them). The placement is the published manifest's under `root` when it is current, else
     discovery's, and then `notice` is given the one line saying why. Raises UsageError (an
     unknown GPU, a bad policy), PlacementUnavailable, and what discovery raises."""
+    from mcpnode.errors import UsageError
     from mcpnode.host import Host
-    from mcpnode.placement.apply import caller_cpus, choose_target
+    from mcpnode.placement.apply import SCOPES, caller_cpus, choose_target
     from mcpnode.placement.source import resolve
+
+    chosen = next((s for s in SCOPES if s == scope), None)
+    if chosen is None:
+        raise UsageError(f"--scope {scope!r}: expected one of {', '.join(SCOPES)}")
 
     caller = caller_cpus(live)
     with Host(root) as host:
@@ -136,7 +141,7 @@ def placement_target(
     target = choose_target(
         resolved.placement,
         selector,
-        scope="node" if scope == "node" else "slice",
+        scope=chosen,
         policy="bind" if membind else "preferred",
         online=resolved.online,
         process_cpus=caller,

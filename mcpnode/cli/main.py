@@ -654,10 +654,11 @@ def placement_options(fn: F) -> F:
     )(fn)
     fn = click.option(
         "--scope",
-        type=click.Choice(["slice", "node"]),
+        type=click.Choice(["slice", "cache", "node", "socket"]),
         default="slice",
         show_default=True,
-        help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
+        help="The GPU's exclusive CPU slice, the L3 domain(s) of that slice, all CPUs of its "
+        "NUMA node, or of its socket (torchrun's exclusive, core-complex, node, socket).",
     )(fn)
     fn = click.option(
         "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     # not pay for importing the audit and tuning engines.
     from mcpnode.audit.model import AuditReport
     from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
-    from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
+    from mcpnode.topology.model import Cache, Gpu, Nic, NumaNode, PciLink, Topology
     from mcpnode.tuning.verify import VerifyReport
 
 MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
@@ -85,6 +85,7 @@ def build_manifest(
             "container_toolkit": container_toolkit,
         },
         "numa_nodes": [_node(n) for n in topo.numa_nodes],
+        "caches": [_cache(c) for c in topo.caches],
         "gpus": [_gpu(g, audit) for g in topo.gpus],
         "nics": [_nic(n) for n in topo.nics],
         "placement": {
@@ -141,6 +142,10 @@ def _node(n: NumaNode) -> dict[str, Any]:
         "cpuless": n.cpuless,
         "distances": {str(other): dist for other, dist in n.distances},
     }
+
+
+def _cache(c: Cache) -> dict[str, Any]:
+    return {"level": c.level, "cpus": c.cpus.cpulist(), "size_kib": c.size_kib, "id": c.id}
 
 
 def gpu_health(address: str, audit: AuditReport | None) -> dict[str, Any]:
@@ -211,6 +216,8 @@ def _placement(p: GpuPlacement) -> dict[str, Any]:
         "numa_source": p.numa_source,
         "local_cpus": p.local_cpus.cpulist(),
         "slice_cpus": p.slice_cpus.cpulist(),
+        "cache_cpus": p.cache_cpus.cpulist(),
+        "socket_cpus": p.socket_cpus.cpulist(),
         "memory_nodes": p.memory_nodes.cpulist(),
         "nics": [_nic_choice(c) for c in p.nics],
         "nvlink_peers": list(p.nvlink_peers),
