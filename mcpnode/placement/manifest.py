@@ -85,7 +85,9 @@ def build_manifest(
             "container_toolkit": container_toolkit,
         },
         "numa_nodes": [_node(n) for n in topo.numa_nodes],
-        "caches": [_cache(c) for c in topo.caches],
+        # The L3 domains only: what slices are cut along and `--scope cache` binds to. The L2
+        # domains (one per core on every server) are in `topo --format json`.
+        "caches": [_cache(c) for c in topo.cache_domains(3)],
         "gpus": [_gpu(g, audit) for g in topo.gpus],
         "nics": [_nic(n) for n in topo.nics],
         "placement": {

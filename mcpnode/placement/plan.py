@@ -9,6 +9,12 @@ Pure: takes a Topology, reads nothing. The rules (docs/placement.md explains the
   order as contiguous runs of cores, the first runs one core longer when they do not divide
   evenly (PyTorch's `--numa-binding=exclusive` splits the same way). A GPU whose node is unknown
   gets no slice and a problem, never a guess.
+* **L3 domains**: where a node's cores sit in several L3 domains (AMD CCXs/CCDs, POWER9 core
+  pairs), the slices follow them instead (_split_groups): whole domains per GPU when there are
+  at least as many domains as GPUs, so no two GPUs share an L3; else each slice inside one
+  domain. One L3 per node (Intel without SNC, a VM) or unknown caches: cut by count as above.
+  Each placement also names the CPUs of its slice's L3 domain(s) (`--scope cache`, torchrun's
+  `core-complex`) and of its node's package(s) (`--scope socket`).
 * **Housekeeping**: `"first-core"` (default) reserves the first core of every node with CPUs
   (its lowest online CPU and that CPU's siblings) for the OS, IRQs and the agent; `"none"`
   reserves nothing; a cpulist reserves those CPUs, widened to whole cores so a slice never
@@ -128,6 +134,7 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
     }
     reserved = _housekeeping(housekeeping, cpu_nodes, online, siblings, gpus_on, problems)
     l3 = [c.cpus for c in topo.cache_domains(3)]
+    sockets = _sockets(topo)
 
     slices: dict[PciAddress, CpuSet] = {}
     for node in cpu_nodes:
@@ -181,8 +188,8 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
                 nvlink_peers=peers,
                 env=launcher_env(gpu.index, uuid, nics),
                 mig=_mig(gpu, nics),
-                cache_cpus=_touched(slices.get(gpu.address, CpuSet()), l3) & online,
-                socket_cpus=_socket(home, topo) if home is not None else CpuSet(),
+                cache_cpus=_touched(slices.get(gpu.address, CpuSet()), l3),  # online only
+                socket_cpus=sockets.get(home.id, CpuSet()) if home is not None else CpuSet(),
             )
         )
     return Placement(gpus=tuple(out), housekeeping=reserved, problems=tuple(problems))
@@ -341,13 +348,20 @@ def _touched(cpus: CpuSet, domains: list[CpuSet]) -> CpuSet:
     return CpuSet(cpu for dom in domains if dom & cpus for cpu in dom)
 
 
-def _socket(node: NumaNode, topo: Topology) -> CpuSet:
-    """The online CPUs of the package(s) the node's CPUs are on; empty when the package ids
-    are unknown (no `physical_package_id`)."""
-    packages = {c.package_id for c in topo.cpus.cpus if c.id in node.cpus}
-    if not packages or None in packages:
-        return CpuSet()
-    return CpuSet(c.id for c in topo.cpus.cpus if c.online and c.package_id in packages)
+def _sockets(topo: Topology) -> dict[int, CpuSet]:
+    """Per node with CPUs: the online CPUs of the package(s) its CPUs are on; a node with a CPU
+    whose package id is unknown (no `physical_package_id`) is left out."""
+    package_of = {c.id: c.package_id for c in topo.cpus.cpus}
+    members: dict[int | None, set[int]] = {}
+    for c in topo.cpus.cpus:
+        if c.online:
+            members.setdefault(c.package_id, set()).add(c.id)
+    out = {}
+    for node in topo.numa_nodes:
+        mine = {package_of.get(cpu) for cpu in node.cpus}
+        if mine and None not in mine:
+            out[node.id] = CpuSet(cpu for pkg in mine for cpu in members.get(pkg, ()))
+    return out
 
 
 def _cores(cpus: CpuSet, siblings: dict[int, CpuSet]) -> list[CpuSet]:
@@ -369,7 +383,11 @@ def _by_l3(cores: list[CpuSet], l3: list[CpuSet]) -> list[list[CpuSet]] | None:
     """`cores` grouped by the L3 domain holding them, domains in order of their lowest core;
     None when the node's cores are in one domain (nothing to respect) or when a core lies in
     no domain or across two (the caches are unknown or inconsistent: cut by count as before)."""
-    if not l3 or not cores:
+    if not cores:
+        return None
+    spans = CpuSet(cpu for core in cores for cpu in core)
+    l3 = [dom for dom in l3 if dom & spans]
+    if len(l3) < 2:
         return None
     groups: dict[int, list[CpuSet]] = {}
     for core in cores:
