@@ -118,12 +118,16 @@ def placement_target(
     housekeeping: str | None = None,
     fresh: bool = False,
     notice: Callable[[str], object],
+    env: Mapping[str, str] | None = None,
 ) -> tuple[Target, CpuSet | None]:
     """The placement Target for the GPUs `selector` names, and the CPUs this process may use
     (read once, from the live kernel behind `live`: `all-local` selects by them and exec clips
     to them). The placement is the published manifest's under `root` when it is current, else
-    discovery's, and then `notice` is given the one line saying why. Raises UsageError (an
-    unknown GPU, a bad policy), PlacementUnavailable, and what discovery raises."""
+    discovery's, and then `notice` is given the one line saying why. `selector` `local-rank`
+    takes the GPU from the launcher's variables in `env` (exec's own environment; placement/
+    rank.py), `notice` is told which, and the target keeps the caller's CUDA_VISIBLE_DEVICES.
+    Raises UsageError (an unknown GPU, a bad policy, a bad rank), PlacementUnavailable, and
+    what discovery raises."""
     from mcpnode.errors import UsageError
     from mcpnode.host import Host
     from mcpnode.placement.apply import SCOPES, caller_cpus, choose_target
@@ -138,6 +142,14 @@ def placement_target(
         resolved = resolve(host, housekeeping=housekeeping, fresh=fresh)
     if resolved.notice is not None:
         notice(f"mcpnode: {resolved.notice}")
+    rank = None
+    if selector == "local-rank":
+        from mcpnode.placement.rank import choose_rank_gpu
+
+        if env is None:
+            raise UsageError("--gpu local-rank places a launched rank: it is for exec only")
+        rank = choose_rank_gpu(env, resolved.placement)
+        selector = rank.selector
     target = choose_target(
         resolved.placement,
         selector,
@@ -146,6 +158,13 @@ def placement_target(
         online=resolved.online,
         process_cpus=caller,
     )
+    if rank is not None:
+        from mcpnode.codec.record import replace
+
+        notice(f"mcpnode: {rank.notice(target.gpus[0].index)}")
+        # A rank's code addresses its GPU as cuda:LOCAL_RANK: a one-GPU list would break it.
+        kept = tuple((k, v) for k, v in target.env if k != "CUDA_VISIBLE_DEVICES")
+        target = replace(target, env=kept)
     return target, caller
 
 
@@ -185,6 +204,7 @@ def exec_command(
         housekeeping=housekeeping,
         fresh=fresh,
         notice=notice,
+        env=env,
     )
     plan = plan_exec(live, target, command, env, dry_run=dry_run, allowed=caller)
     if not dry_run:

@@ -661,7 +661,12 @@ def placement_options(fn: F) -> F:
         "NUMA node, or of its socket (torchrun's exclusive, core-complex, node, socket).",
     )(fn)
     fn = click.option(
-        "--gpu", "selector", required=True, metavar="N|UUID|all-local", help="GPU(s) to place on."
+        "--gpu",
+        "selector",
+        required=True,
+        metavar="N|UUID|all-local|local-rank",
+        help="GPU(s) to place on; local-rank (exec): the GPU of this rank, from LOCAL_RANK, "
+        "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID.",
     )(fn)
     return root_option(fn)
 
