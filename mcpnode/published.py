@@ -493,7 +493,10 @@ _NUMA_NODE = _obj(
         "memory_mib": _opt(_int()),
         "cpuless": _bool,
         "distances": _node_distances,
-    }
+        "gpu_memory_node": _opt(_obj({"gpu": _int(0, MAX_GPUS - 1), "address": _PCI_SPEC})),
+    },
+    # gpu_memory_node came later in v1: older manifests are still read
+    optional=frozenset({"gpu_memory_node"}),
 )
 _CACHE = _obj(
     {

@@ -71,7 +71,7 @@ def _summary(topo: Topology) -> list[str]:
     out = ["NUMA nodes:"]
     for n in topo.numa_nodes:
         mem = f"{n.memory_mib} MiB" if n.memory_mib is not None else "memory unknown"
-        kind = " (CPU-less: memory only)" if n.cpuless else ""
+        kind = f" (CPU-less: {_memory_of(n.id, topo)})" if n.cpuless else ""
         out.append(f"  node{n.id}: CPUs {n.cpus.cpulist() or '-'}, {mem}{kind}")
     nics = [n for n in topo.nics if not n.is_virtual_function]
     if nics:
@@ -198,8 +198,17 @@ def _node_line(label: str, topo: Topology) -> str:
     if label.startswith("node"):
         node = topo.node(int(label[4:]))
         if node is not None:
+            gpu = None if node.cpus else topo.gpu_of_memory_node(node.id)
+            if gpu is not None:
+                return f"{label}: CPUs - (CPU-less: memory of GPU{gpu.index} {gpu.address})"
             return f"{label}: CPUs {node.cpus.cpulist() or '- (CPU-less)'}"
     return f"{label}:"
+
+
+def _memory_of(node_id: int, topo: Topology) -> str:
+    """What a CPU-less node holds: a GPU's memory (Grace, POWER9), or memory only."""
+    gpu = topo.gpu_of_memory_node(node_id)
+    return "memory only" if gpu is None else f"memory of GPU{gpu.index} {gpu.address}"
 
 
 def _cache_lines(label: str, topo: Topology) -> list[str]:

@@ -84,7 +84,7 @@ def build_manifest(
             "cuda_driver": nvml.cuda_driver_version if nvml is not None else None,
             "container_toolkit": container_toolkit,
         },
-        "numa_nodes": [_node(n) for n in topo.numa_nodes],
+        "numa_nodes": [_node(n, topo) for n in topo.numa_nodes],
         # The L3 domains only: what slices are cut along and `--scope cache` binds to. The L2
         # domains (one per core on every server) are in `topo --format json`.
         "caches": [_cache(c) for c in topo.cache_domains(3)],
@@ -136,13 +136,16 @@ def _link(link: PciLink) -> dict[str, Any]:
     }
 
 
-def _node(n: NumaNode) -> dict[str, Any]:
+def _node(n: NumaNode, topo: Topology) -> dict[str, Any]:
+    gpu = topo.gpu_of_memory_node(n.id) if n.cpuless else None
     return {
         "id": n.id,
         "cpus": n.cpus.cpulist(),
         "memory_mib": n.memory_mib,
         "cpuless": n.cpuless,
         "distances": {str(other): dist for other, dist in n.distances},
+        # the GPU whose memory this CPU-less node is (Grace, POWER9): never a binding target
+        "gpu_memory_node": None if gpu is None else {"gpu": gpu.index, "address": str(gpu.address)},
     }
 
 

@@ -457,6 +457,10 @@ class Topology:
                 return n
         return None
 
+    def gpu_of_memory_node(self, node_id: int) -> Gpu | None:
+        """The GPU whose memory NUMA node `node_id` is (Grace, POWER9), None for any other."""
+        return next((g for g in self.gpus if g.memory_numa_node == node_id), None)
+
     def cache_domains(self, level: int) -> tuple[Cache, ...]:
         """The caches of one level (3: the L3 domains placement cuts slices along)."""
         return tuple(c for c in self.caches if c.level == level)
