@@ -111,17 +111,7 @@ FIXTURE_SLICES = {
         "81-87,209-215",
         "88-95,216-223",
     ],
-    # one L3 per socket: cut by count, as before
-    "hgx-h100-8gpu-8nic": [
-        "1-12,97-108",
-        "13-24,109-120",
-        "25-36,121-132",
-        "37-47,133-143",
-        "49-60,145-156",
-        "61-72,157-168",
-        "73-84,169-180",
-        "85-95,181-191",
-    ],
+    # hgx-h100-8gpu-8nic (one L3 per socket): cut by count as before, test_hgx_slices_exact
     "single-gpu-kvm-vm-h100-pcie": ["1-251"],  # a VM with one L3
     "pcie-4x-l40s-2socket": ["1-48,193-240", "49-95,241-287", "97-144,289-336", "145-191,337-383"],
 }

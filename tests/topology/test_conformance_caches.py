@@ -11,7 +11,6 @@ The dumps are not part of this repository: the module skips itself when the fold
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -21,19 +20,8 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.model import CpuSet, Topology
 
-
-def _hosts_dir() -> Path:
-    env = os.environ.get("MCPNODE_SHARED_HOSTS")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "hosts"
-
-
-HOSTS = _hosts_dir()
-if not HOSTS.is_dir():
-    pytest.skip(
-        f"hwloc reference dumps not found at {HOSTS} (they live in ../shared/hosts beside the "
-        "project; set MCPNODE_SHARED_HOSTS to point elsewhere)",
-        allow_module_level=True,
-    )
+# The dumps' folder; importing it skips this module with a message when the folder is absent.
+from tests.test_conformance_hwloc import HOSTS
 
 pytestmark = pytest.mark.conformance
 
