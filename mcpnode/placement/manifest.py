@@ -10,6 +10,7 @@ unchanged machine carry the same hash and a consumer can skip work on equal hash
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     # not pay for importing the audit and tuning engines.
     from mcpnode.audit.model import AuditReport
     from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
-    from mcpnode.topology.model import Cache, Gpu, Nic, NumaNode, PciLink, Topology
+    from mcpnode.topology.model import Cache, CpuSet, Gpu, Nic, NumaNode, PciLink, Topology
     from mcpnode.tuning.verify import VerifyReport
 
 MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
@@ -92,7 +93,7 @@ def build_manifest(
         "nics": [_nic(n) for n in topo.nics],
         "placement": {
             "housekeeping_policy": housekeeping,
-            "housekeeping_cpus": placement.housekeeping.cpulist(),
+            "housekeeping_cpus": _cpulist(placement.housekeeping),
             "gpus": [_placement(p) for p in placement.gpus],
             "problems": list(placement.problems),
         },
@@ -127,6 +128,14 @@ def publish(
 # -- sections ----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=512)
+def _cpulist(cpus: CpuSet) -> str:
+    """`cpus.cpulist()`, each distinct set formatted once: a placement repeats its nodes' and
+    sockets' sets per GPU, and the agent republishes from the same sets (a frozenset keeps
+    its hash, so a hit costs a lookup)."""
+    return cpus.cpulist()
+
+
 def _link(link: PciLink) -> dict[str, Any]:
     return {
         "speed_gts": link.current_speed_gts,
@@ -140,7 +149,7 @@ def _node(n: NumaNode, topo: Topology) -> dict[str, Any]:
     gpu = topo.gpu_of_memory_node(n.id) if n.cpuless else None
     return {
         "id": n.id,
-        "cpus": n.cpus.cpulist(),
+        "cpus": _cpulist(n.cpus),
         "memory_mib": n.memory_mib,
         "cpuless": n.cpuless,
         "distances": {str(other): dist for other, dist in n.distances},
@@ -150,7 +159,7 @@ def _node(n: NumaNode, topo: Topology) -> dict[str, Any]:
 
 
 def _cache(c: Cache) -> dict[str, Any]:
-    return {"level": c.level, "cpus": c.cpus.cpulist(), "size_kib": c.size_kib, "id": c.id}
+    return {"level": c.level, "cpus": _cpulist(c.cpus), "size_kib": c.size_kib, "id": c.id}
 
 
 def gpu_health(address: str, audit: AuditReport | None) -> dict[str, Any]:
@@ -178,7 +187,7 @@ def _gpu(g: Gpu, audit: AuditReport | None = None) -> dict[str, Any]:
         "numa_node": g.numa_node,
         "numa_source": g.numa_source,
         "memory_numa_node": g.memory_numa_node,
-        "local_cpus": g.local_cpus.cpulist() if g.local_cpus is not None else None,
+        "local_cpus": _cpulist(g.local_cpus) if g.local_cpus is not None else None,
         "pcie": _link(g.link),
         "nvlinks_active": f.active_links if f is not None else None,
         "fabric_state": f.fabric_state if f is not None else None,
@@ -219,11 +228,11 @@ def _placement(p: GpuPlacement) -> dict[str, Any]:
         "address": str(p.address),
         "numa_node": p.numa_node,
         "numa_source": p.numa_source,
-        "local_cpus": p.local_cpus.cpulist(),
-        "slice_cpus": p.slice_cpus.cpulist(),
-        "cache_cpus": p.cache_cpus.cpulist(),
-        "socket_cpus": p.socket_cpus.cpulist(),
-        "memory_nodes": p.memory_nodes.cpulist(),
+        "local_cpus": _cpulist(p.local_cpus),
+        "slice_cpus": _cpulist(p.slice_cpus),
+        "cache_cpus": _cpulist(p.cache_cpus),
+        "socket_cpus": _cpulist(p.socket_cpus),
+        "memory_nodes": _cpulist(p.memory_nodes),
         "nics": [_nic_choice(c) for c in p.nics],
         "nvlink_peers": list(p.nvlink_peers),
         "env": dict(p.env),

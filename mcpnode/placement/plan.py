@@ -134,6 +134,7 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
     }
     reserved = _housekeeping(housekeeping, cpu_nodes, online, siblings, gpus_on, problems)
     l3 = [c.cpus for c in topo.cache_domains(3)]
+    touched: dict[tuple[int, ...], CpuSet] = {}
     sockets = _sockets(topo)
 
     slices: dict[PciAddress, CpuSet] = {}
@@ -141,13 +142,14 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
         gpus = gpus_on[node.id]
         if not gpus:
             continue
-        cores = _cores((node.cpus & online) - reserved, siblings)
+        free = (node.cpus & online) - reserved
+        cores = _cores(free, siblings)
         if len(cores) < len(gpus):
             problems.append(
                 f"node {node.id}: {len(cores)} core(s) outside housekeeping for {len(gpus)} GPUs;"
                 f" GPUs {_indices(gpus[len(cores) :])} get no exclusive slice"
             )
-        groups = _by_l3(cores, l3)
+        groups = _by_l3(cores, [dom for dom in l3 if dom & free])
         shares = _split(cores, len(gpus)) if groups is None else _split_groups(groups, len(gpus))
         for gpu, share in zip(gpus, shares, strict=True):
             slices[gpu.address] = CpuSet(cpu for core in share for cpu in core)
@@ -188,7 +190,7 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
                 nvlink_peers=peers,
                 env=launcher_env(gpu.index, uuid, nics),
                 mig=_mig(gpu, nics),
-                cache_cpus=_touched(slices.get(gpu.address, CpuSet()), l3),  # online only
+                cache_cpus=_touched(slices.get(gpu.address, CpuSet()), l3, touched),
                 socket_cpus=sockets.get(home.id, CpuSet()) if home is not None else CpuSet(),
             )
         )
@@ -343,9 +345,14 @@ def _cpu_node(gpu: Gpu, topo: Topology) -> int | None:
     return None
 
 
-def _touched(cpus: CpuSet, domains: list[CpuSet]) -> CpuSet:
-    """Every CPU of the domains `cpus` touches."""
-    return CpuSet(cpu for dom in domains if dom & cpus for cpu in dom)
+def _touched(cpus: CpuSet, domains: list[CpuSet], made: dict[tuple[int, ...], CpuSet]) -> CpuSet:
+    """Every CPU of the domains `cpus` touches (online only, as the domains are); `made` keeps
+    each union built, as the GPUs of a node often touch the same domains."""
+    hit = tuple(i for i, dom in enumerate(domains) if not dom.isdisjoint(cpus))
+    union = made.get(hit)
+    if union is None:
+        union = made[hit] = CpuSet(cpu for i in hit for cpu in domains[i])
+    return union
 
 
 def _sockets(topo: Topology) -> dict[int, CpuSet]:
@@ -380,14 +387,11 @@ def _cores(cpus: CpuSet, siblings: dict[int, CpuSet]) -> list[CpuSet]:
 
 
 def _by_l3(cores: list[CpuSet], l3: list[CpuSet]) -> list[list[CpuSet]] | None:
-    """`cores` grouped by the L3 domain holding them, domains in order of their lowest core;
+    """`cores` grouped by the L3 domain holding them (`l3`: the domains holding some of the
+    node's free CPUs), domains in order of their lowest core;
     None when the node's cores are in one domain (nothing to respect) or when a core lies in
     no domain or across two (the caches are unknown or inconsistent: cut by count as before)."""
-    if not cores:
-        return None
-    spans = CpuSet(cpu for core in cores for cpu in core)
-    l3 = [dom for dom in l3 if dom & spans]
-    if len(l3) < 2:
+    if not cores or len(l3) < 2:
         return None
     groups: dict[int, list[CpuSet]] = {}
     for core in cores:
