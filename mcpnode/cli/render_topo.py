@@ -10,7 +10,15 @@ from mcpnode.codec.printable import printable
 from mcpnode.topology.discover import effective_local_cpus
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix
-from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress, PciDevice, PciLink, Topology
+from mcpnode.topology.model import (
+    NVIDIA_VENDOR_ID,
+    PciAddress,
+    PciDevice,
+    PciLink,
+    RdmaPort,
+    Topology,
+)
+from mcpnode.topology.pciclass import class_name
 
 # nvidia-smi's Legend, verbatim, so `diff <(nvidia-smi topo -m) <(mcpnode topo)` lines up.
 LEGEND = """\
@@ -145,6 +153,9 @@ def _label(dev: PciDevice, topo: Topology) -> str:
         else "????:????"
     )
     cls = f"{dev.class_code:04x}" if dev.class_code is not None else "????"
+    name = class_name(dev.class_code)
+    if name is not None:
+        cls += f" {name}"
     drv = f" {printable(dev.driver)}" if dev.driver else ""
     tag = f" {printable(' '.join(names))}" if names else ""
     return f"{dev.address} [{cls}] {ids}{drv}{tag}"
@@ -170,8 +181,12 @@ def as_tree(topo: Topology) -> str:
         bridge_node[hb] = f"node{known.pop()}" if len(known) == 1 else "NUMA unknown"
     out: list[str] = []
 
+    ports = {n.address: n.rdma_ports for n in topo.nics if n.rdma_ports}
+
     def walk(dev: PciDevice, depth: int) -> None:
         out.append("    " * depth + _label(dev, topo) + _link(dev.link) + _locality(dev, topo))
+        for p in ports.get(dev.address, ()):
+            out.append("    " * (depth + 1) + _port(p))
         if dev.address in vfs:
             out.append("    " * (depth + 1) + f"(+{vfs[dev.address]} SR-IOV virtual functions)")
         for c in children.get(dev.address, []):
@@ -209,6 +224,14 @@ def _memory_of(node_id: int, topo: Topology) -> str:
     """What a CPU-less node holds: a GPU's memory (Grace, POWER9), or memory only."""
     gpu = topo.gpu_of_memory_node(node_id)
     return "memory only" if gpu is None else f"memory of GPU{gpu.index} {gpu.address}"
+
+
+def _port(p: RdmaPort) -> str:
+    """`port mlx5_0/1: ACTIVE, 400 Gb/sec (4X NDR), InfiniBand`; `?` for what is unknown."""
+    facts = ", ".join(
+        printable(v) if v is not None else "?" for v in (p.state, p.rate, p.link_layer)
+    )
+    return f"port {printable(p.device)}/{p.port}: {facts}"
 
 
 def _cache_lines(label: str, topo: Topology) -> list[str]:

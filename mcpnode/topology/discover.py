@@ -42,6 +42,7 @@ from mcpnode.topology.model import (
 )
 from mcpnode.topology.nvml import GpuBackend, open_backend
 from mcpnode.topology.nvml_facts import collect
+from mcpnode.topology.rdmaports import read_rdma_ports
 from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
 
 
@@ -88,13 +89,16 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
         gpus, devices = merge_nvml(gpus, devices, nodes, nvml, problems)
     if gpu_memory:
         gpus = _driver_memory_nodes(gpus, nodes, gpu_memory, problems)
+    nics = _nics(devices, raw_pci)
+    if any(n.rdma_devices for n in nics):
+        nics = read_rdma_ports(host, nics, problems)
     return Topology(
         identity=identity,
         cpus=cpus,
         numa_nodes=nodes,
         pci_devices=devices,
         gpus=gpus,
-        nics=_nics(devices, raw_pci),
+        nics=nics,
         nvmes=_nvmes(devices, raw_pci),
         process=process,
         problems=tuple(problems.items),

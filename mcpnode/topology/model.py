@@ -392,6 +392,17 @@ class NetDev:
 
 
 @record(frozen=True)
+class RdmaPort:
+    """One port of an RDMA device (`/sys/class/infiniband/<dev>/ports/<n>`)."""
+
+    device: str  # mlx5_0
+    port: int
+    state: str | None  # `ACTIVE`, `DOWN`, `INIT`, ... (the name after `4: `)
+    rate: str | None  # `400 Gb/sec (4X NDR)`, as the kernel prints it
+    link_layer: str | None  # `InfiniBand` or `Ethernet` (RoCE)
+
+
+@record(frozen=True)
 class Nic:
     """A network PCI function with its netdevs and RDMA devices (mlx5_0 <-> ens1f0np0)."""
 
@@ -406,6 +417,7 @@ class Nic:
     local_cpus: CpuSet | None
     link: PciLink
     is_virtual_function: bool
+    rdma_ports: tuple[RdmaPort, ...] = ()  # the ports of its RDMA devices, by device and port
 
 
 @record(frozen=True)
