@@ -139,6 +139,8 @@ class NvmeSpec:
     model: str
     serial: str
     firmware_rev: str = "GDC5602Q"
+    # namespace 1's size in 512-byte sectors (`nvme0n1/size`); None writes no namespace
+    namespace_sectors: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1304,6 +1306,9 @@ class _Builder:
         t.link(f"{d}/device", parent)
         t.link(f"{d}/subsystem", "sys/class/nvme")
         t.link(f"sys/class/nvme/{nv.name}", d)
+        if nv.namespace_sectors is not None:
+            # the block device of namespace 1 (without native multipath: below the controller)
+            t.file(f"{d}/{nv.name}n1/size", f"{nv.namespace_sectors}\n")
 
 
 def _rid(f: PciFunction) -> int:
@@ -1374,7 +1379,8 @@ def _nvme(name: str, serial: str, slot: tuple[int, int] | None = None) -> Device
         driver="nvme",
         link=L_NVME,
         slot=slot,
-        nvme=(NvmeSpec(name, "SAMSUNG MZQL23T8HCLS-00A07", serial),),
+        # 3.84 TB: 7,501,476,528 sectors of 512 bytes
+        nvme=(NvmeSpec(name, "SAMSUNG MZQL23T8HCLS-00A07", serial, namespace_sectors=7501476528),),
         label="NVMe SSD (PM9A3)",
     )
 

@@ -12,6 +12,7 @@ from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix
 from mcpnode.topology.model import (
     NVIDIA_VENDOR_ID,
+    NvmeNamespace,
     PciAddress,
     PciDevice,
     PciLink,
@@ -182,11 +183,16 @@ def as_tree(topo: Topology) -> str:
     out: list[str] = []
 
     ports = {n.address: n.rdma_ports for n in topo.nics if n.rdma_ports}
+    namespaces: dict[PciAddress, list[NvmeNamespace]] = defaultdict(list)
+    for nv in topo.nvmes:
+        namespaces[nv.address].extend(nv.namespaces)
 
     def walk(dev: PciDevice, depth: int) -> None:
         out.append("    " * depth + _label(dev, topo) + _link(dev.link) + _locality(dev, topo))
         for p in ports.get(dev.address, ()):
             out.append("    " * (depth + 1) + _port(p))
+        for ns in namespaces.get(dev.address, ()):
+            out.append("    " * (depth + 1) + f"{printable(ns.name)}: {_bytes(ns.size_bytes)}")
         if dev.address in vfs:
             out.append("    " * (depth + 1) + f"(+{vfs[dev.address]} SR-IOV virtual functions)")
         for c in children.get(dev.address, []):
@@ -224,6 +230,18 @@ def _memory_of(node_id: int, topo: Topology) -> str:
     """What a CPU-less node holds: a GPU's memory (Grace, POWER9), or memory only."""
     gpu = topo.gpu_of_memory_node(node_id)
     return "memory only" if gpu is None else f"memory of GPU{gpu.index} {gpu.address}"
+
+
+def _bytes(size: int | None) -> str:
+    """A block device's size as lsblk prints it (binary units, one decimal), and in bytes."""
+    if size is None:
+        return "size unknown"
+    value, unit = float(size), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{value:.1f} {unit} ({size} bytes)" if unit != "B" else f"{size} bytes"
 
 
 def _port(p: RdmaPort) -> str:

@@ -40,6 +40,7 @@ from mcpnode.topology.model import (
     ProcessCpus,
     Topology,
 )
+from mcpnode.topology.nvmens import read_namespaces
 from mcpnode.topology.nvml import GpuBackend, open_backend
 from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.rdmaports import read_rdma_ports
@@ -90,6 +91,9 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
     if gpu_memory:
         gpus = _driver_memory_nodes(gpus, nodes, gpu_memory, problems)
     nics = _nics(devices, raw_pci)
+    nvmes = _nvmes(devices, raw_pci)
+    if nvmes:
+        nvmes = read_namespaces(host, nvmes, {d.address: d for d in devices}, problems)
     if any(n.rdma_devices for n in nics):
         nics = read_rdma_ports(host, nics, problems)
     return Topology(
@@ -99,7 +103,7 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
         pci_devices=devices,
         gpus=gpus,
         nics=nics,
-        nvmes=_nvmes(devices, raw_pci),
+        nvmes=nvmes,
         process=process,
         problems=tuple(problems.items),
         nvml=nvml,

@@ -421,11 +421,20 @@ class Nic:
 
 
 @record(frozen=True)
+class NvmeNamespace:
+    """A block device of an NVMe controller (`nvme0n1`)."""
+
+    name: str  # nvme0n1, as /dev names it
+    size_bytes: int | None  # `size` (512-byte sectors, whatever the LBA format) x 512
+
+
+@record(frozen=True)
 class Nvme:
     controller: str  # nvme0
     address: PciAddress
     model: str | None
     numa_node: int | None
+    namespaces: tuple[NvmeNamespace, ...] = ()  # its block devices, by name
 
 
 @record(frozen=True)

@@ -116,3 +116,52 @@ def test_too_many_ports(tmp_path: Path) -> None:
         topo = discover(host)
     assert len(topo.nics[0].rdma_ports) == 256
     assert "rdma.port.too-many" in {p.code for p in topo.problems}
+
+
+# -- NVMe block devices ------------------------------------------------------------------------
+
+NVME = "sys/devices/pci0000:00/0000:00:03.0/0000:03:00.0"
+
+
+def nvme_root(tmp_path: Path, entries: dict[str, str]) -> Topology:
+    """minihost plus an NVMe controller nvme0 with the given files below it."""
+    root = minihost.build(tmp_path)
+    minihost.put(root, f"{NVME}/class", "0x010802\n")
+    minihost.put(root, f"{NVME}/vendor", "0x144d\n")
+    minihost.put(root, f"{NVME}/device", "0xa80a\n")
+    minihost.put(root, f"{NVME}/numa_node", "0\n")
+    minihost.put(root, f"{NVME}/nvme/nvme0/model", "PM9A3\n")
+    for rel, text in entries.items():
+        minihost.put(root, f"{NVME}/nvme/nvme0/{rel}", text)
+    with Host(root) as host:
+        return discover(host)
+
+
+def test_hgx_nvme_namespace_in_tree_and_json() -> None:
+    with Host(FIXTURES / "hgx-h100-8gpu-8nic") as host:
+        topo = discover(host)
+    assert "\n            nvme0n1: 3.5 TiB (3840755982336 bytes)\n" in as_tree(topo)
+    (nv,) = json.loads(json.dumps(topology_json(topo)))["nvmes"]
+    assert nv["namespaces"] == [{"name": "nvme0n1", "size_bytes": 3840755982336}]
+
+
+def test_namespaces_sorted_and_multipath_named_as_dev(tmp_path: Path) -> None:
+    topo = nvme_root(
+        tmp_path,
+        {"nvme0n10/size": "8\n", "nvme0n2/size": "16\n", "nvme0c0n1/size": "2048\n", "ng0n1/x": ""},
+    )
+    (nv,) = topo.nvmes
+    assert [(n.name, n.size_bytes) for n in nv.namespaces] == [
+        ("nvme0n1", 2048 * 512),
+        ("nvme0n2", 16 * 512),
+        ("nvme0n10", 8 * 512),
+    ]
+
+
+@pytest.mark.parametrize("text", ["lots\n", "-5\n", "9" * 40 + "\n", "1" * 100_000])
+def test_bad_size_is_unknown_with_a_problem(tmp_path: Path, text: str) -> None:
+    topo = nvme_root(tmp_path, {"nvme0n1/size": text})
+    assert topo.nvmes[0].namespaces[0].size_bytes is None
+    source = f"/{NVME}/nvme/nvme0/nvme0n1/size"
+    assert any(p.source == source for p in topo.problems), topo.problems
+    assert "nvme0n1: size unknown" in as_tree(topo)
