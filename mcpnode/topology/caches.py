@@ -26,16 +26,14 @@ Rules, in the order the reader applies them:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Mapping
 
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
 from mcpnode.topology import parse
+from mcpnode.topology.attrs import attr_parsed, attr_text, read_attrs
 from mcpnode.topology.model import Cache, CpuSet, CpuTopology
 from mcpnode.topology.sysfs import SYS_CPU, Problems
-
-T = TypeVar("T")
 
 LEVELS = frozenset({2, 3})
 KINDS = frozenset({"Unified", "Data"})
@@ -107,10 +105,8 @@ def read_caches(
             if cpu in covered.get(name, ()):
                 continue
             path = f"{base}/{name}"
-            try:
-                attrs = host.read_directory(path, _ATTRS)[0]
-            except HostError as err:
-                problems.add("cache.unreadable", path, f"{type(err).__name__}: {err.detail}")
+            attrs = read_attrs(host, path, _ATTRS, problems, "cache.unreadable")
+            if attrs is None:
                 continue
             entry = _entry(path, attrs, cpu, cpus, cpus_limit, problems)
             if entry is None:
@@ -137,34 +133,6 @@ def read_caches(
     return tuple(sorted(found.values(), key=lambda c: (c.level, min(c.cpus))))
 
 
-def _value(
-    path: str, attrs: Mapping[str, str | HostError], name: str, problems: Problems
-) -> str | None:
-    text = attrs.get(name)
-    if isinstance(text, HostError):
-        problems.add("read.error", f"{path}/{name}", f"{type(text).__name__}: {text.detail}")
-        return None
-    # hwloc-gather-topology dumps end some values with a NUL (sysfs.read_parsed says why).
-    return None if text is None else text.split("\x00", 1)[0]
-
-
-def _parsed(
-    path: str,
-    attrs: Mapping[str, str | HostError],
-    name: str,
-    parser: Callable[[str], T],
-    problems: Problems,
-) -> T | None:
-    text = _value(path, attrs, name, problems)
-    if text is None:
-        return None
-    try:
-        return parser(text)
-    except parse.ParseError as err:
-        problems.add("read.garbage", f"{path}/{name}", str(err))
-        return None
-
-
 def _entry(
     path: str,
     attrs: Mapping[str, str | HostError],
@@ -175,17 +143,17 @@ def _entry(
 ) -> Cache | None:
     """One index directory as a Cache (its level may be outside LEVELS: the caller still counts
     its CPUs as covered), or None when it is not a unified/data cache or cannot be used."""
-    level = _parsed(path, attrs, "level", parse_cache_level, problems)
-    kind = _value(path, attrs, "type", problems)
+    level = attr_parsed(path, attrs, "level", parse_cache_level, problems)
+    kind = attr_text(path, attrs, "type", problems)
     if level is None or kind is None:
         return None
     if kind.strip() not in KINDS:
         return None  # Instruction (or a type this reader does not know): no working set
-    shared = _parsed(
+    shared = attr_parsed(
         path, attrs, "shared_cpu_list", lambda t: parse.parse_cpulist(t, limit), problems
     )
     if shared is None:
-        shared = _parsed(
+        shared = attr_parsed(
             path, attrs, "shared_cpu_map", lambda t: parse.parse_cpumask(t, limit), problems
         )
     if shared is None:
@@ -209,6 +177,6 @@ def _entry(
     return Cache(
         level=level,
         cpus=online,
-        size_kib=_parsed(path, attrs, "size", parse_cache_size_kib, problems),
-        id=_parsed(path, attrs, "id", parse_cache_id, problems),
+        size_kib=attr_parsed(path, attrs, "size", parse_cache_size_kib, problems),
+        id=attr_parsed(path, attrs, "id", parse_cache_id, problems),
     )

@@ -10,10 +10,13 @@ MAX_PORTS ports per device are read (a ConnectX function has one, a switch ASIC 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from mcpnode.codec.record import replace
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
+from mcpnode.topology import parse
+from mcpnode.topology.attrs import attr_parsed, read_attrs
 from mcpnode.topology.model import Nic, RdmaPort
 from mcpnode.topology.sysfs import SYS_CLASS_IB, Problems
 
@@ -22,7 +25,7 @@ _ATTRS = frozenset({"state", "rate", "link_layer"})
 _PORT_DIR = re.compile(r"[1-9][0-9]{0,2}", re.ASCII)
 _STATE = re.compile(r"[0-9]{1,2}: ([A-Z_]{1,24})", re.ASCII)
 _RATE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,3})? Gb/sec(?: \([0-9A-Za-z .]{1,24}\))?", re.ASCII)
-_LAYERS = frozenset({"InfiniBand", "Ethernet", "Unknown"})
+_LAYER = re.compile(r"InfiniBand|Ethernet|Unknown", re.ASCII)
 
 
 def read_rdma_ports(host: HostReader, nics: tuple[Nic, ...], problems: Problems) -> tuple[Nic, ...]:
@@ -52,39 +55,28 @@ def _ports(host: HostReader, device: str, problems: Problems) -> list[RdmaPort]:
     out = []
     for n in numbers:
         path = f"{base}/{n}"
-        try:
-            attrs = host.read_directory(path, _ATTRS)[0]
-        except HostError as err:
-            problems.add("rdma.port.unreadable", path, f"{type(err).__name__}: {err.detail}")
+        attrs = read_attrs(host, path, _ATTRS, problems, "rdma.port.unreadable")
+        if attrs is None:
             continue
-        state = _value(path, attrs, "state", problems, _STATE)
-        rate = _value(path, attrs, "rate", problems, _RATE)
-        layer = _value(path, attrs, "link_layer", problems, None)
-        if layer is not None and layer not in _LAYERS:
-            problems.add("read.garbage", f"{path}/link_layer", f"not a link layer: {layer[:40]!r}")
-            layer = None
+        state = attr_parsed(path, attrs, "state", _PARSE_STATE, problems)
+        rate = attr_parsed(path, attrs, "rate", _PARSE_RATE, problems)
+        layer = attr_parsed(path, attrs, "link_layer", _PARSE_LAYER, problems)
         out.append(RdmaPort(device, n, state, rate, layer))
     return out
 
 
-def _value(
-    path: str,
-    attrs: dict[str, str | HostError],
-    name: str,
-    problems: Problems,
-    shape: re.Pattern[str] | None,
-) -> str | None:
-    got = attrs.get(name)
-    if got is None:
-        return None
-    if isinstance(got, HostError):
-        problems.add("read.error", f"{path}/{name}", f"{type(got).__name__}: {got.detail}")
-        return None
-    text = got.split("\x00", 1)[0].strip()
-    if shape is None:
-        return text if len(text) <= 40 else text[:40]
-    m = shape.fullmatch(text)
-    if m is None:
-        problems.add("read.garbage", f"{path}/{name}", f"not a port {name}: {text[:40]!r}")
-        return None
-    return m.group(1) if m.groups() else text
+def _shaped(shape: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """A parser: the stripped text when it has `shape` (its first group when it has one)."""
+
+    def parse_value(text: str) -> str:
+        m = shape.fullmatch(text.strip())
+        if m is None:
+            raise parse.ParseError(f"not a port {what}: {text.strip()[:40]!r}")
+        return m.group(1) if m.groups() else m.group(0)
+
+    return parse_value
+
+
+_PARSE_STATE = _shaped(_STATE, "state")
+_PARSE_RATE = _shaped(_RATE, "rate")
+_PARSE_LAYER = _shaped(_LAYER, "link layer")
