@@ -435,13 +435,16 @@ _PLACED_GPU = _obj(
         "numa_source": _str(64),
         "local_cpus": _cpulist,
         "slice_cpus": _cpulist,
+        "cache_cpus": _cpulist,
+        "socket_cpus": _cpulist,
         "memory_nodes": _cpulist,
         "nics": _list(_NIC_CHOICE, 64),
         "nvlink_peers": _list(_int(0, MAX_GPUS - 1), MAX_GPUS),
         "env": _env,
         "mig_devices": _list(_MIG, 64),
     },
-    optional=frozenset({"mig_devices"}),
+    # cache_cpus and socket_cpus came later in v1: older manifests are still read
+    optional=frozenset({"mig_devices", "cache_cpus", "socket_cpus"}),
 )
 _GPU = _obj(
     {
@@ -490,6 +493,17 @@ _NUMA_NODE = _obj(
         "memory_mib": _opt(_int()),
         "cpuless": _bool,
         "distances": _node_distances,
+        "gpu_memory_node": _opt(_obj({"gpu": _int(0, MAX_GPUS - 1), "address": _PCI_SPEC})),
+    },
+    # gpu_memory_node came later in v1: older manifests are still read
+    optional=frozenset({"gpu_memory_node"}),
+)
+_CACHE = _obj(
+    {
+        "level": _int(1, 9),
+        "cpus": _cpulist,
+        "size_kib": _opt(_int(0, (1 << 32) - 1)),
+        "id": _opt(_int(0, (1 << 32) - 1)),
     }
 )
 _PUBLICATION = _obj(
@@ -516,6 +530,7 @@ _MANIFEST = _obj(
             }
         ),
         "numa_nodes": _list(_NUMA_NODE, MAX_NODES),
+        "caches": _list(_CACHE),
         "gpus": _list(_GPU, MAX_GPUS),
         "nics": _list(_NIC),
         "placement": _obj(
@@ -553,5 +568,6 @@ _MANIFEST = _obj(
         "publication": _PUBLICATION,
         "probe": _any,
     },
-    optional=frozenset({"publication", "probe"}),
+    # `caches` came later in v1: a manifest published before it is still read.
+    optional=frozenset({"publication", "probe", "caches"}),
 )

@@ -112,31 +112,57 @@ def manifest_show_command(
 
 
 def placement_target(
-    live: Host, request: PlacementRequest, notice: Callable[[str], object]
+    live: Host,
+    request: PlacementRequest,
+    notice: Callable[[str], object],
+    env: Mapping[str, str] | None = None,
 ) -> tuple[Target, CpuSet | None]:
     """The placement Target for the GPUs the request's selector names, and the CPUs this
     process may use (read once, from the live kernel behind `live`: `all-local` selects by them
     and exec clips to them). The placement is the published manifest's under its root when it
-    is current, else
-    discovery's, and then `notice` is given the one line saying why. Raises UsageError (an
-    unknown GPU, a bad policy), PlacementUnavailable, and what discovery raises."""
+    is current, else discovery's, and then `notice` is given the one line saying why. Selector
+    `local-rank` takes the GPU from the launcher's variables in `env` (exec's own environment;
+    placement/rank.py), `notice` is told which, and the target keeps the caller's
+    CUDA_VISIBLE_DEVICES. Raises UsageError (an unknown GPU, a bad policy, a bad rank),
+    PlacementUnavailable, and what discovery raises."""
+    from mcpnode.errors import UsageError
     from mcpnode.host import Host
-    from mcpnode.placement.apply import caller_cpus, choose_target
+    from mcpnode.placement.apply import SCOPES, caller_cpus, choose_target
     from mcpnode.placement.source import resolve
+
+    chosen = next((s for s in SCOPES if s == request.scope), None)
+    if chosen is None:
+        raise UsageError(f"--scope {request.scope!r}: expected one of {', '.join(SCOPES)}")
 
     caller = caller_cpus(live)
     with Host(request.root) as host:
         resolved = resolve(host, housekeeping=request.housekeeping, fresh=request.fresh)
     if resolved.notice is not None:
         notice(f"mcpnode: {resolved.notice}")
+    rank = None
+    selector = request.selector
+    if selector == "local-rank":
+        from mcpnode.placement.rank import choose_rank_gpu
+
+        if env is None:
+            raise UsageError("--gpu local-rank places a launched rank: it is for exec only")
+        rank = choose_rank_gpu(env, resolved.placement)
+        selector = rank.selector
     target = choose_target(
         resolved.placement,
-        request.selector,
-        scope="node" if request.scope == "node" else "slice",
+        selector,
+        scope=chosen,
         policy="bind" if request.membind else "preferred",
         online=resolved.online,
         process_cpus=caller,
     )
+    if rank is not None:
+        from mcpnode.codec.record import replace
+
+        notice(f"mcpnode: {rank.notice(target.gpus[0].index)}")
+        # A rank's code addresses its GPU as cuda:LOCAL_RANK: a one-GPU list would break it.
+        kept = tuple((k, v) for k, v in target.env if k != "CUDA_VISIBLE_DEVICES")
+        target = replace(target, env=kept)
     return target, caller
 
 
@@ -162,7 +188,7 @@ def exec_command(
     if fmt == "json" and not dry_run:
         raise UsageError("--format json needs --dry-run: exec replaces this process")
     live = Host("/")
-    target, caller = placement_target(live, request, notice)
+    target, caller = placement_target(live, request, notice, env)
     plan = plan_exec(live, target, command, env, dry_run=dry_run, allowed=caller)
     if not dry_run:
         run_exec(live, plan, env)

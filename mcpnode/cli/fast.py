@@ -47,7 +47,7 @@ _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
 _EXEC_OPTIONS: dict[str, bool | tuple[str, ...]] = {
     "--root": True,
     "--gpu": True,
-    "--scope": ("slice", "node"),
+    "--scope": ("slice", "cache", "node", "socket"),
     "--housekeeping": True,
     "--membind": False,
     "--preferred": False,

@@ -711,17 +711,19 @@ def placement_options(fn: Callable[..., None]) -> Callable[..., None]:
     )(command)
     command = click.option(
         "--scope",
-        type=click.Choice(["slice", "node"]),
+        type=click.Choice(["slice", "cache", "node", "socket"]),
         default="slice",
         show_default=True,
-        help="The GPU's exclusive CPU slice, or all CPUs of its NUMA node.",
+        help="The GPU's exclusive CPU slice, the L3 domain(s) of that slice, all CPUs of its "
+        "NUMA node, or of its socket (torchrun's exclusive, core-complex, node, socket).",
     )(command)
     command = click.option(
         "--gpu",
         "selector",
         required=True,
-        metavar="N|UUID|all-local",
-        help="GPU(s) to place on.",
+        metavar="N|UUID|all-local|local-rank",
+        help="GPU(s) to place on; local-rank (exec): the GPU of this rank, from LOCAL_RANK, "
+        "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID.",
         shell_complete=complete.gpu_selectors,
     )(command)
     return root_option(command)

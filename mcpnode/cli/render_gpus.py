@@ -167,6 +167,8 @@ def row(gpu: Gpu) -> tuple[str, ...]:
     numa = _v(gpu.numa_node)
     if gpu.numa_node is not None and gpu.numa_source != "own":
         numa += f" ({gpu.numa_source})"
+    if gpu.memory_numa_node is not None:
+        numa += f", memory {gpu.memory_numa_node}"  # its CPU-less memory node (Grace, POWER9)
     link = pcie(gpu)
     mark = "*" if link.source == "sysfs" else ""
     gen = _pair(_v(link.gen_current), _v(link.gen_max))

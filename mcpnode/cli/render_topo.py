@@ -10,7 +10,16 @@ from mcpnode.codec.printable import printable
 from mcpnode.topology.discover import effective_local_cpus
 from mcpnode.topology.jsonify import topology_json
 from mcpnode.topology.matrix import build_matrix
-from mcpnode.topology.model import NVIDIA_VENDOR_ID, PciAddress, PciDevice, PciLink, Topology
+from mcpnode.topology.model import (
+    NVIDIA_VENDOR_ID,
+    NvmeNamespace,
+    PciAddress,
+    PciDevice,
+    PciLink,
+    RdmaPort,
+    Topology,
+)
+from mcpnode.topology.pciclass import class_name
 
 # nvidia-smi's Legend, verbatim, so `diff <(nvidia-smi topo -m) <(mcpnode topo)` lines up.
 LEGEND = """\
@@ -92,7 +101,7 @@ def _summary(topo: Topology) -> list[str]:
     out = ["NUMA nodes:"]
     for n in topo.numa_nodes:
         mem = f"{n.memory_mib} MiB" if n.memory_mib is not None else "memory unknown"
-        kind = " (CPU-less: memory only)" if n.cpuless else ""
+        kind = f" (CPU-less: {_memory_of(n.id, topo)})" if n.cpuless else ""
         out.append(f"  node{n.id}: CPUs {n.cpus.cpulist() or '-'}, {mem}{kind}")
     nics = [n for n in topo.nics if not n.is_virtual_function]
     if nics:
@@ -166,6 +175,9 @@ def _label(dev: PciDevice, topo: Topology) -> str:
         else "????:????"
     )
     cls = f"{dev.class_code:04x}" if dev.class_code is not None else "????"
+    name = class_name(dev.class_code)
+    if name is not None:
+        cls += f" {name}"
     drv = f" {printable(dev.driver)}" if dev.driver else ""
     tag = f" {printable(' '.join(names))}" if names else ""
     return f"{dev.address} [{cls}] {ids}{drv}{tag}"
@@ -191,8 +203,17 @@ def as_tree(topo: Topology) -> str:
         bridge_node[hb] = f"node{known.pop()}" if len(known) == 1 else "NUMA unknown"
     out: list[str] = []
 
+    ports = {n.address: n.rdma_ports for n in topo.nics if n.rdma_ports}
+    namespaces: dict[PciAddress, list[NvmeNamespace]] = defaultdict(list)
+    for nv in topo.nvmes:
+        namespaces[nv.address].extend(nv.namespaces)
+
     def walk(dev: PciDevice, depth: int) -> None:
         out.append("    " * depth + _label(dev, topo) + _link(dev.link) + _locality(dev, topo))
+        for p in ports.get(dev.address, ()):
+            out.append("    " * (depth + 1) + _port(p))
+        for ns in namespaces.get(dev.address, ()):
+            out.append("    " * (depth + 1) + f"{printable(ns.name)}: {_bytes(ns.size_bytes)}")
         if dev.address in vfs:
             out.append("    " * (depth + 1) + f"(+{vfs[dev.address]} SR-IOV virtual functions)")
         for c in children.get(dev.address, []):
@@ -206,6 +227,7 @@ def as_tree(topo: Topology) -> str:
     for label in sorted(by_node, key=lambda s: (s == "NUMA unknown", len(s), s)):
         node = _node_line(label, topo)
         out.append(node)
+        out.extend(_cache_lines(label, topo))
         for hb in sorted(by_node[label]):
             out.append(f"  {hb} (host bridge)")
             for d in roots[hb]:
@@ -218,8 +240,63 @@ def _node_line(label: str, topo: Topology) -> str:
     if label.startswith("node"):
         node = topo.node(int(label[4:]))
         if node is not None:
+            gpu = None if node.cpus else topo.gpu_of_memory_node(node.id)
+            if gpu is not None:
+                return f"{label}: CPUs - (CPU-less: memory of GPU{gpu.index} {gpu.address})"
             return f"{label}: CPUs {node.cpus.cpulist() or '- (CPU-less)'}"
     return f"{label}:"
+
+
+def _memory_of(node_id: int, topo: Topology) -> str:
+    """What a CPU-less node holds: a GPU's memory (Grace, POWER9), or memory only."""
+    gpu = topo.gpu_of_memory_node(node_id)
+    return "memory only" if gpu is None else f"memory of GPU{gpu.index} {gpu.address}"
+
+
+def _bytes(size: int | None) -> str:
+    """A block device's size as lsblk prints it (binary units, one decimal), and in bytes."""
+    if size is None:
+        return "size unknown"
+    value, unit = float(size), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{value:.1f} {unit} ({size} bytes)" if unit != "B" else f"{size} bytes"
+
+
+def _port(p: RdmaPort) -> str:
+    """`port mlx5_0/1: ACTIVE, 400 Gb/sec (4X NDR), InfiniBand`; `?` for what is unknown."""
+    facts = ", ".join(
+        printable(v) if v is not None else "?" for v in (p.state, p.rate, p.link_layer)
+    )
+    return f"port {printable(p.device)}/{p.port}: {facts}"
+
+
+def _cache_lines(label: str, topo: Topology) -> list[str]:
+    """Under a node line: each L3 domain holding its CPUs, then its L2 domains counted by size
+    (one per core on every x86 and arm64 server: listing them would only repeat the cores)."""
+    node = topo.node(int(label[4:])) if label.startswith("node") else None
+    if node is None or not node.cpus or not topo.caches:
+        return []
+    out = []
+    for c in topo.cache_domains(3):
+        if c.cpus & node.cpus:
+            out.append(f"  L3 {c.cpus.cpulist()} ({_kib(c.size_kib)})")
+    l2: dict[int | None, int] = defaultdict(int)
+    for c in topo.cache_domains(2):
+        if c.cpus & node.cpus:
+            l2[c.size_kib] += 1
+    if l2:
+        sizes = sorted(l2.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+        out.append("  L2 " + ", ".join(f"{n} x {_kib(size)}" for size, n in sizes))
+    return out
+
+
+def _kib(size: int | None) -> str:
+    if size is None:
+        return "size unknown"
+    return f"{size // 1024} MiB" if size >= 1024 and size % 1024 == 0 else f"{size} KiB"
 
 
 def _locality(dev: PciDevice, topo: Topology) -> str:

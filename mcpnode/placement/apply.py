@@ -36,7 +36,11 @@ from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
-Scope = Literal["slice", "node"]
+# The CPUs `exec`, `pin` and the drop-ins place on, with torchrun's `--numa-binding` names where
+# they are shared: `slice` (exclusive), `cache` (the slice's L3 domains: core-complex), `node`,
+# `socket`.
+Scope = Literal["slice", "cache", "node", "socket"]
+SCOPES: tuple[Scope, ...] = ("slice", "cache", "node", "socket")
 Policy = Literal["preferred", "bind"]
 
 # include/linux/sched.h: "I am a kernel thread". Stable since 2.6 (0x00200000 since 2.6.27).
@@ -95,8 +99,9 @@ def choose_target(
 ) -> Target:
     """The CPUs, memory nodes and environment for the GPUs `selector` names (see select_gpus).
 
-    `scope="slice"` uses the GPUs' exclusive slices, `"node"` their NUMA-local CPUs (clipped to
-    `online`, the topology's online CPUs, when given). Not narrowed to the CPUs the placed
+    `scope="slice"` uses the GPUs' exclusive slices, `"cache"` the L3 domain(s) of the slices,
+    `"node"` their NUMA-local CPUs, `"socket"` the CPUs of their node's package(s) (each clipped
+    to `online`, the topology's online CPUs, when given). Not narrowed to the CPUs the placed
     process may use: exec does that in plan_exec, after checking the target against this
     kernel. Raises UsageError for an unknown GPU, or one without a slice / NUMA node (the
     problem says why), PlacementUnavailable when a slice names a CPU that is not in `online`."""
@@ -104,7 +109,7 @@ def choose_target(
     cpus = CpuSet()
     nodes = CpuSet()
     for gpu in gpus:
-        have = gpu.slice_cpus if scope == "slice" else gpu.local_cpus
+        have = scope_cpus(gpu, scope)
         if online is not None:
             offline = gpu.slice_cpus - online if scope == "slice" else CpuSet()
             if offline:
@@ -116,13 +121,32 @@ def choose_target(
                 )
             have = have & online
         if not have:
-            hint = " (try --scope node)" if scope == "slice" and gpu.local_cpus else ""
-            raise UsageError(f"GPU {gpu.index} ({gpu.address}): no {scope} CPUs{hint}")
+            why = _EMPTY_SCOPE.get(scope, "")
+            hint = " (try --scope node)" if scope != "node" and gpu.local_cpus else ""
+            raise UsageError(f"GPU {gpu.index} ({gpu.address}): no {scope} CPUs{why}{hint}")
         if not gpu.memory_nodes:
             raise UsageError(f"GPU {gpu.index} ({gpu.address}): NUMA node unknown")
         cpus = cpus | have
         nodes = nodes | gpu.memory_nodes
     return Target(gpus, scope, cpus, policy, nodes, merge_env(g.env for g in gpus))
+
+
+_EMPTY_SCOPE = {
+    "cache": ": no exclusive slice, or no L3 domains known (no cpu*/cache in sysfs, or a"
+    " manifest published before them)",
+    "socket": ": the package of the GPU's node is unknown",
+}
+
+
+def scope_cpus(gpu: GpuPlacement, scope: Scope) -> CpuSet:
+    """The CPUs of `gpu` that `scope` names (choose_target)."""
+    if scope == "slice":
+        return gpu.slice_cpus
+    if scope == "cache":
+        return gpu.cache_cpus
+    if scope == "socket":
+        return gpu.socket_cpus
+    return gpu.local_cpus
 
 
 def clip_target(target: Target, allowed: CpuSet) -> Target:

@@ -10,6 +10,7 @@ unchanged machine carry the same hash and a consumer can skip work on equal hash
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     # not pay for importing the audit and tuning engines.
     from mcpnode.audit.model import AuditReport
     from mcpnode.placement.plan import GpuPlacement, NicChoice, Placement
-    from mcpnode.topology.model import Gpu, Nic, NumaNode, PciLink, Topology
+    from mcpnode.topology.model import Cache, CpuSet, Gpu, Nic, NumaNode, PciLink, Topology
     from mcpnode.tuning.verify import VerifyReport
 
 MANIFEST_MODE = 0o644  # world-readable: launchers run as the job's user
@@ -84,12 +85,15 @@ def build_manifest(
             "cuda_driver": nvml.cuda_driver_version if nvml is not None else None,
             "container_toolkit": container_toolkit,
         },
-        "numa_nodes": [_node(n) for n in topo.numa_nodes],
+        "numa_nodes": [_node(n, topo) for n in topo.numa_nodes],
+        # The L3 domains only: what slices are cut along and `--scope cache` binds to. The L2
+        # domains (one per core on every server) are in `topo --format json`.
+        "caches": [_cache(c) for c in topo.cache_domains(3)],
         "gpus": [_gpu(g, audit) for g in topo.gpus],
         "nics": [_nic(n) for n in topo.nics],
         "placement": {
             "housekeeping_policy": housekeeping,
-            "housekeeping_cpus": placement.housekeeping.cpulist(),
+            "housekeeping_cpus": _cpulist(placement.housekeeping),
             "gpus": [_placement(p) for p in placement.gpus],
             "problems": list(placement.problems),
         },
@@ -124,6 +128,14 @@ def publish(
 # -- sections ----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=512)
+def _cpulist(cpus: CpuSet) -> str:
+    """`cpus.cpulist()`, each distinct set formatted once: a placement repeats its nodes' and
+    sockets' sets per GPU, and the agent republishes from the same sets (a frozenset keeps
+    its hash, so a hit costs a lookup)."""
+    return cpus.cpulist()
+
+
 def _link(link: PciLink) -> dict[str, Any]:
     return {
         "speed_gts": link.current_speed_gts,
@@ -133,14 +145,21 @@ def _link(link: PciLink) -> dict[str, Any]:
     }
 
 
-def _node(n: NumaNode) -> dict[str, Any]:
+def _node(n: NumaNode, topo: Topology) -> dict[str, Any]:
+    gpu = topo.gpu_of_memory_node(n.id) if n.cpuless else None
     return {
         "id": n.id,
-        "cpus": n.cpus.cpulist(),
+        "cpus": _cpulist(n.cpus),
         "memory_mib": n.memory_mib,
         "cpuless": n.cpuless,
         "distances": {str(other): dist for other, dist in n.distances},
+        # the GPU whose memory this CPU-less node is (Grace, POWER9): never a binding target
+        "gpu_memory_node": None if gpu is None else {"gpu": gpu.index, "address": str(gpu.address)},
     }
+
+
+def _cache(c: Cache) -> dict[str, Any]:
+    return {"level": c.level, "cpus": _cpulist(c.cpus), "size_kib": c.size_kib, "id": c.id}
 
 
 def gpu_health(address: str, audit: AuditReport | None) -> dict[str, Any]:
@@ -168,7 +187,7 @@ def _gpu(g: Gpu, audit: AuditReport | None = None) -> dict[str, Any]:
         "numa_node": g.numa_node,
         "numa_source": g.numa_source,
         "memory_numa_node": g.memory_numa_node,
-        "local_cpus": g.local_cpus.cpulist() if g.local_cpus is not None else None,
+        "local_cpus": _cpulist(g.local_cpus) if g.local_cpus is not None else None,
         "pcie": _link(g.link),
         "nvlinks_active": f.active_links if f is not None else None,
         "fabric_state": f.fabric_state if f is not None else None,
@@ -207,9 +226,11 @@ def placement_json(p: GpuPlacement) -> dict[str, Any]:
     """Where a GPU's work goes (CPUs, memory nodes, NICs, NVLink peers, environment), as the
     manifest and the Ansible facts both show it."""
     return {
-        "local_cpus": p.local_cpus.cpulist(),
-        "slice_cpus": p.slice_cpus.cpulist(),
-        "memory_nodes": p.memory_nodes.cpulist(),
+        "local_cpus": _cpulist(p.local_cpus),
+        "slice_cpus": _cpulist(p.slice_cpus),
+        "cache_cpus": _cpulist(p.cache_cpus),
+        "socket_cpus": _cpulist(p.socket_cpus),
+        "memory_nodes": _cpulist(p.memory_nodes),
         "nics": [nic_choice_json(c) for c in p.nics],
         "nvlink_peers": list(p.nvlink_peers),
         "env": dict(p.env),

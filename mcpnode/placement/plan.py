@@ -9,6 +9,12 @@ Pure: takes a Topology, reads nothing. The rules (docs/placement.md explains the
   order as contiguous runs of cores, the first runs one core longer when they do not divide
   evenly (PyTorch's `--numa-binding=exclusive` splits the same way). A GPU whose node is unknown
   gets no slice and a problem, never a guess.
+* **L3 domains**: where a node's cores sit in several L3 domains (AMD CCXs/CCDs, POWER9 core
+  pairs), the slices follow them instead (_split_groups): whole domains per GPU when there are
+  at least as many domains as GPUs, so no two GPUs share an L3; else each slice inside one
+  domain. One L3 per node (Intel without SNC, a VM) or unknown caches: cut by count as above.
+  Each placement also names the CPUs of its slice's L3 domain(s) (`--scope cache`, torchrun's
+  `core-complex`) and of its node's package(s) (`--scope socket`).
 * **Housekeeping**: `"first-core"` (default) reserves the first core of every node with CPUs
   (its lowest online CPU and that CPU's siblings) for the OS, IRQs and the agent; `"none"`
   reserves nothing; a cpulist reserves those CPUs, widened to whole cores so a slice never
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TypeVar
 
 from mcpnode.codec.record import record, replace
 from mcpnode.errors import UsageError
@@ -53,6 +60,8 @@ from mcpnode.topology.model import (
     natural_key,
 )
 from mcpnode.topology.parse import ParseError, parse_cpulist
+
+T = TypeVar("T")
 
 HOUSEKEEPING_DEFAULT = "first-core"
 NIC_BUCKETS = ("PIX", "PXB", "PHB", "NODE")  # offered, closest first; SYS never
@@ -95,6 +104,11 @@ class GpuPlacement:
     nvlink_peers: tuple[int, ...]  # indices of GPUs reached over NVLink
     env: tuple[tuple[str, str], ...]  # (name, value), in a fixed order
     mig: tuple[MigPlacement, ...] = ()  # MIG devices, by slot (MIG mode only)
+    # `--scope cache`: the online CPUs of the L3 domain(s) the slice lies in (torchrun's
+    # `core-complex`); empty without a slice or without cache information
+    cache_cpus: CpuSet = CpuSet()
+    # `--scope socket`: the online CPUs of the package(s) holding the GPU's node's CPUs
+    socket_cpus: CpuSet = CpuSet()
 
 
 @record(frozen=True)
@@ -119,19 +133,25 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
         for n in cpu_nodes
     }
     reserved = _housekeeping(housekeeping, cpu_nodes, online, siblings, gpus_on, problems)
+    l3 = [c.cpus for c in topo.cache_domains(3)]
+    touched: dict[tuple[int, ...], CpuSet] = {}
+    sockets = _sockets(topo)
 
     slices: dict[PciAddress, CpuSet] = {}
     for node in cpu_nodes:
         gpus = gpus_on[node.id]
         if not gpus:
             continue
-        cores = _cores((node.cpus & online) - reserved, siblings)
+        free = (node.cpus & online) - reserved
+        cores = _cores(free, siblings)
         if len(cores) < len(gpus):
             problems.append(
                 f"node {node.id}: {len(cores)} core(s) outside housekeeping for {len(gpus)} GPUs;"
                 f" GPUs {_indices(gpus[len(cores) :])} get no exclusive slice"
             )
-        for gpu, share in zip(gpus, _split(cores, len(gpus)), strict=True):
+        groups = _by_l3(cores, [dom for dom in l3 if dom & free])
+        shares = _split(cores, len(gpus)) if groups is None else _split_groups(groups, len(gpus))
+        for gpu, share in zip(gpus, shares, strict=True):
             slices[gpu.address] = CpuSet(cpu for core in share for cpu in core)
 
     # Imported here, not with the module: launches from a published manifest (placement/
@@ -170,6 +190,8 @@ def plan_placement(topo: Topology, housekeeping: str = HOUSEKEEPING_DEFAULT) -> 
                 nvlink_peers=peers,
                 env=launcher_env(gpu.index, uuid, nics),
                 mig=_mig(gpu, nics),
+                cache_cpus=_touched(slices.get(gpu.address, CpuSet()), l3, touched),
+                socket_cpus=sockets.get(home.id, CpuSet()) if home is not None else CpuSet(),
             )
         )
     return Placement(gpus=tuple(out), housekeeping=reserved, problems=tuple(problems))
@@ -323,6 +345,32 @@ def _cpu_node(gpu: Gpu, topo: Topology) -> int | None:
     return None
 
 
+def _touched(cpus: CpuSet, domains: list[CpuSet], made: dict[tuple[int, ...], CpuSet]) -> CpuSet:
+    """Every CPU of the domains `cpus` touches (online only, as the domains are); `made` keeps
+    each union built, as the GPUs of a node often touch the same domains."""
+    hit = tuple(i for i, dom in enumerate(domains) if not dom.isdisjoint(cpus))
+    union = made.get(hit)
+    if union is None:
+        union = made[hit] = CpuSet(cpu for i in hit for cpu in domains[i])
+    return union
+
+
+def _sockets(topo: Topology) -> dict[int, CpuSet]:
+    """Per node with CPUs: the online CPUs of the package(s) its CPUs are on; a node with a CPU
+    whose package id is unknown (no `physical_package_id`) is left out."""
+    package_of = {c.id: c.package_id for c in topo.cpus.cpus}
+    members: dict[int | None, set[int]] = {}
+    for c in topo.cpus.cpus:
+        if c.online:
+            members.setdefault(c.package_id, set()).add(c.id)
+    out = {}
+    for node in topo.numa_nodes:
+        mine = {package_of.get(cpu) for cpu in node.cpus}
+        if mine and None not in mine:
+            out[node.id] = CpuSet(cpu for pkg in mine for cpu in members.get(pkg, ()))
+    return out
+
+
 def _cores(cpus: CpuSet, siblings: dict[int, CpuSet]) -> list[CpuSet]:
     """`cpus` as whole cores, by lowest CPU id. A core with a sibling outside `cpus` (reserved,
     or on another node) is dropped whole, so no slice shares a core."""
@@ -338,14 +386,63 @@ def _cores(cpus: CpuSet, siblings: dict[int, CpuSet]) -> list[CpuSet]:
     return cores
 
 
-def _split(cores: list[CpuSet], n: int) -> list[list[CpuSet]]:
-    """`cores` into `n` contiguous runs, sizes differing by at most one, longer runs first."""
-    q, r = divmod(len(cores), n)
+def _by_l3(cores: list[CpuSet], l3: list[CpuSet]) -> list[list[CpuSet]] | None:
+    """`cores` grouped by the L3 domain holding them (`l3`: the domains holding some of the
+    node's free CPUs), domains in order of their lowest core;
+    None when the node's cores are in one domain (nothing to respect) or when a core lies in
+    no domain or across two (the caches are unknown or inconsistent: cut by count as before)."""
+    if not cores or len(l3) < 2:
+        return None
+    groups: dict[int, list[CpuSet]] = {}
+    for core in cores:
+        holder = [i for i, dom in enumerate(l3) if core <= dom]
+        if len(holder) != 1:
+            return None
+        groups.setdefault(holder[0], []).append(core)
+    if len(groups) < 2:
+        return None
+    return sorted(groups.values(), key=lambda g: min(g[0]))
+
+
+def _split_groups(groups: list[list[CpuSet]], n: int) -> list[list[CpuSet]]:
+    """Cores of several L3 domains into `n` slices that never split a domain between two GPUs
+    when that can be helped (torchrun's `core-complex` reasoning: a slice's threads share an
+    L3, and no other GPU's threads evict it):
+
+    * at least as many domains as GPUs: whole domains, in order, as contiguous runs of domains
+      whose counts differ by at most one (first runs longer), as _split cuts cores;
+    * fewer domains than GPUs: the GPUs are dealt to the domains in proportion to their cores
+      (largest remainder, every domain at least one GPU while GPUs last), and each domain's
+      cores are cut among its GPUs by _split: a slice then lies inside one domain.
+
+    With more GPUs than cores (a problem the caller records) this falls back to _split."""
+    if n <= len(groups):
+        return [[core for group in run for core in group] for run in _split(groups, n)]
+    total = sum(len(g) for g in groups)
+    if total < n:
+        return _split([core for group in groups for core in group], n)
+    # One GPU per domain, then each further GPU to the domain with the most cores per GPU
+    # (D'Hondt's rule: shares proportional to the cores, no domain given more GPUs than cores).
+    counts = [1] * len(groups)
+    for _ in range(n - len(groups)):
+        room = [i for i in range(len(groups)) if counts[i] < len(groups[i])]
+        best = max(room, key=lambda i: (len(groups[i]) / counts[i], -i))
+        counts[best] += 1
+    out: list[list[CpuSet]] = []
+    for group, k in zip(groups, counts, strict=True):
+        out.extend(_split(group, k))
+    return out
+
+
+def _split(items: list[T], n: int) -> list[list[T]]:
+    """`items` (cores, or L3 domains) into `n` contiguous runs, sizes differing by at most
+    one, longer runs first."""
+    q, r = divmod(len(items), n)
     out = []
     start = 0
     for i in range(n):
         size = q + (1 if i < r else 0)
-        out.append(cores[start : start + size])
+        out.append(items[start : start + size])
         start += size
     return out
 

@@ -240,6 +240,10 @@ def _gpu(raw: object, i: int) -> GpuPlacement:
         nvlink_peers=tuple(peers),
         env=env,
         mig=tuple(_mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
+        # absent from manifests published before the cache and socket scopes: empty, and
+        # `--scope cache|socket` then says there are no such CPUs
+        cache_cpus=_cpus(raw, "cache_cpus", where) if "cache_cpus" in raw else CpuSet(),
+        socket_cpus=_cpus(raw, "socket_cpus", where) if "socket_cpus" in raw else CpuSet(),
     )
 
 

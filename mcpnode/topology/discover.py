@@ -19,6 +19,8 @@ from collections import Counter, defaultdict
 from mcpnode.codec.record import replace
 from mcpnode.host import HostReader
 from mcpnode.topology import sysfs
+from mcpnode.topology.caches import read_caches
+from mcpnode.topology.gpumem import read_gpu_memory_nodes
 from mcpnode.topology.model import (
     GPU_CLASSES,
     NVIDIA_VENDOR_ID,
@@ -38,8 +40,10 @@ from mcpnode.topology.model import (
     ProcessCpus,
     Topology,
 )
+from mcpnode.topology.nvmens import read_namespaces
 from mcpnode.topology.nvml import GpuBackend, open_backend
 from mcpnode.topology.nvml_facts import collect
+from mcpnode.topology.rdmaports import read_rdma_ports
 from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
 
 
@@ -61,6 +65,8 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
         raw_pci = sysfs.walk_pci(host, problems, limit)
         rdma_class = sysfs.read_rdma_class(host, problems)
         nvidia_claimed = sysfs.read_nvidia_driver_gpus(host)
+        caches = read_caches(host, cpus, problems, limit)
+        gpu_memory = read_gpu_memory_nodes(host, nvidia_claimed, problems)
     # A cpuset may name CPUs that are offline or absent (cgroup v1 `cpuset.effective_cpus` on
     # nvidiagpunumanodes lists 0-87 of 0-15,88-103): only online CPUs can run this process.
     if process.cpus is not None:
@@ -82,17 +88,26 @@ def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:
             node_words=max(node_ids) // 64 + 1,
         )
         gpus, devices = merge_nvml(gpus, devices, nodes, nvml, problems)
+    if gpu_memory:
+        gpus = _driver_memory_nodes(gpus, nodes, gpu_memory, problems)
+    nics = _nics(devices, raw_pci)
+    nvmes = _nvmes(devices, raw_pci)
+    if nvmes:
+        nvmes = read_namespaces(host, nvmes, {d.address: d for d in devices}, problems)
+    if any(n.rdma_devices for n in nics):
+        nics = read_rdma_ports(host, nics, problems)
     return Topology(
         identity=identity,
         cpus=cpus,
         numa_nodes=nodes,
         pci_devices=devices,
         gpus=gpus,
-        nics=_nics(devices, raw_pci),
-        nvmes=_nvmes(devices, raw_pci),
+        nics=nics,
+        nvmes=nvmes,
         process=process,
         problems=tuple(problems.items),
         nvml=nvml,
+        caches=caches,
     )
 
 
@@ -184,6 +199,48 @@ def merge_nvml(
         for d in devices
     )
     return tuple(new_gpus), new_devices
+
+
+def _driver_memory_nodes(
+    gpus: tuple[Gpu, ...],
+    nodes: tuple[NumaNode, ...],
+    driver: dict[PciAddress, int],
+    problems: Problems,
+) -> tuple[Gpu, ...]:
+    """Each GPU's memory node from the driver's numa_status (gpumem.py) where NVML gave none;
+    where NVML gave another, NVML's stays and the disagreement is a problem. A node that is not
+    a CPU-less node of this machine is a problem and is not tied to the GPU."""
+    by_id = {n.id: n for n in nodes}
+    out = []
+    for gpu in gpus:
+        node_id = driver.get(gpu.address)
+        if node_id is None:
+            out.append(gpu)
+            continue
+        src = str(gpu.address)
+        if gpu.memory_numa_node is not None:
+            if gpu.memory_numa_node != node_id:
+                problems.add(
+                    "gpu.memory-node.disagree",
+                    src,
+                    f"NVML says GPU memory node {gpu.memory_numa_node}, the driver's numa_status"
+                    f" {node_id}; using NVML's",
+                )
+            out.append(gpu)
+            continue
+        node = by_id.get(node_id)
+        if node is None or not node.cpuless:
+            problems.add(
+                "gpu.memory-node-has-cpus" if node is not None else "gpu.memory-node.missing",
+                src,
+                f"the driver's numa_status says GPU memory is NUMA node {node_id}, which "
+                + ("has CPUs" if node is not None else "is not a NUMA node here")
+                + "; not tied to the GPU",
+            )
+            out.append(gpu)
+            continue
+        out.append(replace(gpu, memory_numa_node=node_id))
+    return tuple(out)
 
 
 def _gpu_numa(

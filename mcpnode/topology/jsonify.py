@@ -7,7 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 from mcpnode.codec.record import fields, is_record
-from mcpnode.topology.model import SCHEMA_VERSION, CpuSet, NumaNode, NvmlGpu, PciAddress, Topology
+from mcpnode.topology.model import (
+    SCHEMA_VERSION,
+    CpuSet,
+    NumaNode,
+    NvmlGpu,
+    PciAddress,
+    PciDevice,
+    Topology,
+)
+from mcpnode.topology.pciclass import class_name
 
 # Ids printed the way lspci and sysfs print them.
 _HEX4 = frozenset(
@@ -26,6 +35,8 @@ def jsonable(obj: Any, key: str | None = None) -> Any:
         out = {name: jsonable(getattr(obj, name), name) for name in fields(obj)}
         if isinstance(obj, NumaNode):
             out["cpuless"] = obj.cpuless
+        elif isinstance(obj, PciDevice):
+            out["class_name"] = class_name(obj.class_code)
         if isinstance(obj, NvmlGpu) and obj.mig_devices is None:
             # Only in MIG mode, when known: the JSON of every other GPU (and of captures made
             # before MIG devices were enumerated) stays as it was; `unavailable` says why.
@@ -83,6 +94,8 @@ class _Converter:
         out = {name: conv(self, getattr(obj, name)) for name, conv in plan}
         if cls is NumaNode:
             out["cpuless"] = obj.cpuless
+        elif cls is PciDevice:
+            out["class_name"] = class_name(obj.class_code)  # as jsonable() does
         elif cls is NvmlGpu and obj.mig_devices is None:
             del out["mig_devices"]  # as jsonable() does, and why
         return out

@@ -115,6 +115,18 @@ class CpuTopology:
 
 
 @record(frozen=True)
+class Cache:
+    """One L2 or L3 cache domain: the online CPUs sharing it (`cpu*/cache/index*/
+    shared_cpu_list`), as hwloc's L2Cache/L3Cache objects are. Unified and data caches only:
+    an instruction cache holds no working set a placement could keep warm."""
+
+    level: int  # 2 or 3
+    cpus: CpuSet  # online CPUs sharing it
+    size_kib: int | None  # `size` (the kernel prints KiB: `5118K`)
+    id: int | None  # `id`, unique per level (Linux 4.14+); None on older kernels
+
+
+@record(frozen=True)
 class ProcessCpus:
     """What *this process* may use, distinct from any device's locality.
 
@@ -377,6 +389,17 @@ class NetDev:
 
 
 @record(frozen=True)
+class RdmaPort:
+    """One port of an RDMA device (`/sys/class/infiniband/<dev>/ports/<n>`)."""
+
+    device: str  # mlx5_0
+    port: int
+    state: str | None  # `ACTIVE`, `DOWN`, `INIT`, ... (the name after `4: `)
+    rate: str | None  # `400 Gb/sec (4X NDR)`, as the kernel prints it
+    link_layer: str | None  # `InfiniBand` or `Ethernet` (RoCE)
+
+
+@record(frozen=True)
 class Nic:
     """A network PCI function with its netdevs and RDMA devices (mlx5_0 <-> ens1f0np0)."""
 
@@ -391,6 +414,15 @@ class Nic:
     local_cpus: CpuSet | None
     link: PciLink
     is_virtual_function: bool
+    rdma_ports: tuple[RdmaPort, ...] = ()  # the ports of its RDMA devices, by device and port
+
+
+@record(frozen=True)
+class NvmeNamespace:
+    """A block device of an NVMe controller (`nvme0n1`)."""
+
+    name: str  # nvme0n1, as /dev names it
+    size_bytes: int | None  # `size` (512-byte sectors, whatever the LBA format) x 512
 
 
 @record(frozen=True)
@@ -399,6 +431,7 @@ class Nvme:
     address: PciAddress
     model: str | None
     numa_node: int | None
+    namespaces: tuple[NvmeNamespace, ...] = ()  # its block devices, by name
 
 
 @record(frozen=True)
@@ -422,6 +455,8 @@ class Topology:
     process: ProcessCpus
     problems: tuple[Problem, ...] = ()
     nvml: NvmlState | None = None  # None: NVML was not asked (sysfs-only discovery)
+    # L2 and L3 domains, by level then lowest CPU; () when sysfs has no cache/ directories
+    caches: tuple[Cache, ...] = ()
 
     __record_private__ = ("_pci_index",)
 
@@ -442,6 +477,14 @@ class Topology:
             if n.id == node_id:
                 return n
         return None
+
+    def gpu_of_memory_node(self, node_id: int) -> Gpu | None:
+        """The GPU whose memory NUMA node `node_id` is (Grace, POWER9), None for any other."""
+        return next((g for g in self.gpus if g.memory_numa_node == node_id), None)
+
+    def cache_domains(self, level: int) -> tuple[Cache, ...]:
+        """The caches of one level (3: the L3 domains placement cuts slices along)."""
+        return tuple(c for c in self.caches if c.level == level)
 
     def rdma_nics(self) -> tuple[tuple[str, Nic], ...]:
         """(rdma device, NIC) pairs in natural name order: nvidia-smi's NIC0..NICn columns."""

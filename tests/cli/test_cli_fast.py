@@ -227,7 +227,7 @@ R = "{root}"
         ["exec", "--help"],
         ["exec", "--root", R, "--gpu", "0"],  # no COMMAND
         ["exec", "--root", R, "true"],  # no --gpu
-        ["exec", "--root", R, "--scope", "socket", "--gpu", "0", "true"],
+        ["exec", "--root", R, "--scope", "core", "--gpu", "0", "true"],
         ["exec", "--root", R, "--membind", "--preferred", "--gpu", "0", "true"],
         ["manifest", "show", "--root", R],  # a new manifest: discovery, audit, profile
         ["manifest", "show", "--root", R, "--published", "--housekeeping", "none"],

@@ -1,5 +1,5 @@
 """The CPU verdict counts the agent publishes each auto-pin scan (`mcpnode_gpu_processes`), on
-real child processes of this machine against tests/placeroot.py's recorded GPU (its slice is
+real child processes of this machine against tests/support/placeroot.py's recorded GPU (its slice is
 CPU 1): the same verdicts `mcpnode ps` gives, per GPU, every verdict present."""
 
 from __future__ import annotations

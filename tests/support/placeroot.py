@@ -6,6 +6,7 @@ apply it need CPUs 0 and 1 usable by this process and node 0 with memory (`skip_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -67,9 +68,17 @@ def spec() -> HostSpec:
     )
 
 
-def build(dest: Path) -> Path:
-    """Write the root under `dest`, NVML recording included; returns `dest`."""
-    host = spec()
+def build(dest: Path, caches: tuple[int, int, int | None] | None = None, gpus: int = 1) -> Path:
+    """Write the root under `dest`, NVML recording included; returns `dest`. `caches`: the
+    cache directories to write (HostSpec.caches), none by default; `gpus`: how many GPUs, each
+    behind a root port of its own on the one host bridge."""
+    host = dataclasses.replace(spec(), caches=caches)
+    if gpus != 1:
+        (bridge,) = host.host_bridges
+        gpu_port, nic_port = bridge.children
+        ports = tuple(dataclasses.replace(gpu_port, device=0x1BB0 + i) for i in range(gpus))
+        bridge = dataclasses.replace(bridge, children=(*ports, nic_port))
+        host = dataclasses.replace(host, host_bridges=(bridge,))
     write_host(host, dest)
     nvml = nvmlgen.NvmlSpec(nvmlgen.base_gpus(host, nvmlgen.H100_PCIE))
     meta = nvmlgen.snapshot_meta_json(host, nvmlgen.record(dest, nvml)["nvml"])

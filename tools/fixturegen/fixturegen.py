@@ -141,6 +141,8 @@ class NvmeSpec:
     model: str
     serial: str
     firmware_rev: str = "GDC5602Q"
+    # namespace 1's size in 512-byte sectors (`nvme0n1/size`); None writes no namespace
+    namespace_sectors: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,10 @@ class HostSpec:
     # directory", topology-linux.c check_sysfs_cpu_path), so hosts benchmarked against lstopo
     # carry them. The committed fixtures predate this and keep their trees unchanged.
     cpu_masks: bool = False
+    # cpuN/cache/index{2,3}: (cores per L3 domain within a socket, L3 KiB, L2 KiB per core or
+    # None for no index2). None writes no cache directories, as the fixtures made before
+    # caches were read; unified caches only (L1 and its instruction half add files, no facts).
+    caches: tuple[int, int, int | None] | None = None
 
     @property
     def n_cpus(self) -> int:
@@ -1102,10 +1108,39 @@ class _Builder:
                 threads, package = by_core[pkg, core], by_pkg[pkg]
                 t.file(f"{d}/topology/thread_siblings", format_bitmap(threads, self.n_cpus) + "\n")
                 t.file(f"{d}/topology/core_siblings", format_bitmap(package, self.n_cpus) + "\n")
+            if s.caches is not None:
+                self._cache_dirs(d, pkg, core, by_core, layout)
             if cpu != 0:
                 t.file(f"{d}/online", "1\n")
             node = owner[cpu]
             t.link(f"{d}/node{node}", f"sys/devices/system/node/node{node}")
+
+    def _cache_dirs(
+        self,
+        d: str,
+        pkg: int,
+        core: int,
+        by_core: dict[tuple[int, int], list[int]],
+        layout: list[tuple[int, int, int]],
+    ) -> None:
+        """L2 per core, L3 per run of `caches[0]` cores of one socket (an AMD CCX / CCD; the
+        whole socket on Intel), as drivers/base/cacheinfo.c prints them."""
+        t, s = self.t, self.spec
+        assert s.caches is not None
+        per_l3, l3_kib, l2_kib = s.caches
+        ccx = core // per_l3
+        l3_cpus = [c for c, (p, k, _) in enumerate(layout) if p == pkg and k // per_l3 == ccx]
+        per_socket = -(-s.cores_per_socket // per_l3)
+        levels = [(3, 3, l3_cpus, l3_kib, pkg * per_socket + ccx)]
+        if l2_kib is not None:
+            levels.insert(0, (2, 2, by_core[pkg, core], l2_kib, pkg * s.cores_per_socket + core))
+        for index, level, shared, kib, ident in levels:
+            base = f"{d}/cache/index{index}"
+            t.file(f"{base}/level", f"{level}\n")
+            t.file(f"{base}/type", "Unified\n")
+            t.file(f"{base}/shared_cpu_list", format_cpulist(shared) + "\n")
+            t.file(f"{base}/size", f"{kib}K\n")
+            t.file(f"{base}/id", f"{ident}\n")
 
     def _nodes(self) -> None:
         t, s = self.t, self.spec
@@ -1273,6 +1308,9 @@ class _Builder:
         t.link(f"{d}/device", parent)
         t.link(f"{d}/subsystem", "sys/class/nvme")
         t.link(f"sys/class/nvme/{nv.name}", d)
+        if nv.namespace_sectors is not None:
+            # the block device of namespace 1 (without native multipath: below the controller)
+            t.file(f"{d}/{nv.name}n1/size", f"{nv.namespace_sectors}\n")
 
 
 def _rid(f: PciFunction) -> int:
@@ -1343,7 +1381,8 @@ def _nvme(name: str, serial: str, slot: tuple[int, int] | None = None) -> Device
         driver="nvme",
         link=L_NVME,
         slot=slot,
-        nvme=(NvmeSpec(name, "SAMSUNG MZQL23T8HCLS-00A07", serial),),
+        # 3.84 TB: 7,501,476,528 sectors of 512 bytes
+        nvme=(NvmeSpec(name, "SAMSUNG MZQL23T8HCLS-00A07", serial, namespace_sectors=7501476528),),
         label="NVMe SSD (PM9A3)",
     )
 
@@ -1470,6 +1509,7 @@ def hgx_h100_8gpu_8nic() -> HostSpec:
         ),
         host_bridges=tuple(bridges),
         description="from nvidia-smi topo -m in tests/fixtures/nvidia-smi/hgx-h100-8gpu-8nic.txt",
+        caches=(48, 107520, 2048),  # Xeon 8480+: one 105 MiB L3 per socket, 2 MiB L2
     )
 
 
@@ -1753,6 +1793,7 @@ def dgx_a100() -> HostSpec:
         ),
         root_device="/dev/md0",
         dmi=("NVIDIA", "DGXA100 920-23687-2530-000"),
+        caches=(4, 16384, 512),  # EPYC 7742: a 16 MiB L3 per 4-core CCX, 512 KiB L2
         description="from nvidia-smi topo -m in tests/fixtures/nvidia-smi/dgx-a100.txt",
     )
 
@@ -1890,6 +1931,7 @@ def single_gpu_kvm_vm_h100_pcie() -> HostSpec:
         sockets=1,
         cores_per_socket=252,
         threads_per_core=1,
+        caches=(252, 32768, None),  # QEMU's default: one L3 for the virtual socket (no L2 files)
         numa=(NumaSpec(0, "0-251", 1848735744, (10,)),),
         host_bridges=(hb,),
         root_device="/dev/vda1",

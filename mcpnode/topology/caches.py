@@ -1,0 +1,182 @@
+"""CPU caches from sysfs: the L2 and L3 domains, as hwloc's L2Cache/L3Cache objects are.
+
+The kernel describes each CPU's caches under `/sys/devices/system/cpu/cpuN/cache/indexM/`
+(drivers/base/cacheinfo.c; Documentation/ABI/testing/sysfs-devices-system-cpu): `level`, `type`
+(`Data`, `Instruction`, `Unified`), `shared_cpu_list` (and the hex `shared_cpu_map`), `size`
+(printed `%uK`) and, since Linux 4.14, `id` (unique per level). A domain is the set of online
+CPUs one cache serves; two CPUs listing the same set at the same level share that cache.
+
+Rules, in the order the reader applies them:
+
+1. Only online CPUs are read: an offline CPU loses its `cache/` directory on current kernels,
+   and hwloc reads only online CPUs too. An index already covered by a domain read from another
+   CPU is not read again (one read per L3 domain, one per core for L2), as hwloc does.
+2. Instruction caches and levels other than 2 and 3 are left out; an unknown `type` too.
+3. The CPUs are `shared_cpu_list`, else `shared_cpu_map` (POWER9's nvidiagpunumanodes dump has
+   only the map). CPUs that are not present are garbage and recorded as a Problem; present but
+   offline ones are dropped silently (older kernels kept them: offline-cpu0-node0 lists CPUs
+   0-3 of 4-20 online), as hwloc drops them. A list that does not hold the CPU it was read
+   from is a Problem, and that entry is skipped.
+4. A set that overlaps another domain of the same level without equalling it is a Problem and
+   is skipped: caches of one level partition the CPUs they serve.
+5. `size` and `id` are bounded (at most 2^32 - 1, the kernel's unsigned int): anything else is
+   None with a Problem, never a made-up number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from mcpnode.errors import HostError, PathNotFound
+from mcpnode.host import HostReader
+from mcpnode.topology import parse
+from mcpnode.topology.attrs import attr_parsed, attr_text, read_attrs
+from mcpnode.topology.model import Cache, CpuSet, CpuTopology
+from mcpnode.topology.sysfs import SYS_CPU, Problems
+
+LEVELS = frozenset({2, 3})
+KINDS = frozenset({"Unified", "Data"})
+# More index directories than any CPU has (x86 has 4 or 5, arm64 up to 4): past it, garbage.
+MAX_INDEXES = 16
+_MAX_U32 = (1 << 32) - 1
+_ATTRS = frozenset({"level", "type", "shared_cpu_list", "shared_cpu_map", "size", "id"})
+_NOTHING: frozenset[str] = frozenset()
+_INDEX_DIR = re.compile(r"index([0-9]{1,2})", re.ASCII)
+_SIZE = re.compile(r"([0-9]{1,10})([KMG]?)", re.ASCII)
+_SCALE = {"": 1, "K": 1, "M": 1 << 10, "G": 1 << 20}
+
+
+def parse_cache_size_kib(text: str) -> int:
+    """`size`: the kernel prints KiB with a `K` (`5118K`, cacheinfo.c size_show); `M` and `G`
+    and a bare number (KiB) are taken too. At most 2^32 - 1 KiB. Raises ParseError."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        raise parse.ParseError(f"not a cache size: {text.strip()[:40]!r}")
+    value = int(m.group(1)) * _SCALE[m.group(2)]
+    if value > _MAX_U32:
+        raise parse.ParseError(f"cache size out of range: {text.strip()[:40]!r}")
+    return value
+
+
+def parse_cache_level(text: str) -> int:
+    """`level`: 1 to 9. Raises ParseError."""
+    value = parse.parse_int(text, max_digits=2)
+    if not 1 <= value <= 9:
+        raise parse.ParseError(f"cache level out of range: {text.strip()[:40]!r}")
+    return value
+
+
+def parse_cache_id(text: str) -> int:
+    """`id`: an unsigned int. Raises ParseError."""
+    value = parse.parse_int(text, max_digits=10)
+    if not 0 <= value <= _MAX_U32:
+        raise parse.ParseError(f"cache id out of range: {text.strip()[:40]!r}")
+    return value
+
+
+def read_caches(
+    host: HostReader, cpus: CpuTopology, problems: Problems, cpus_limit: int
+) -> tuple[Cache, ...]:
+    """The L2 and L3 domains of the online CPUs (module docstring), by level then lowest CPU.
+    A root without `cache/` directories (old dumps, some VMs) gives (). Never raises for
+    content: what cannot be used is a Problem naming the file."""
+    found: dict[tuple[int, CpuSet], Cache] = {}
+    by_level: dict[int, list[CpuSet]] = {}
+    covered: dict[str, set[int]] = {}  # index directory name -> CPUs a domain read covers
+    for cpu in sorted(cpus.online):
+        base = f"{SYS_CPU}/cpu{cpu}/cache"
+        try:
+            subdirs = host.read_directory(base, _NOTHING)[1]
+        except PathNotFound:
+            continue
+        except HostError as err:
+            problems.add("cache.unreadable", base, f"{type(err).__name__}: {err.detail}")
+            continue
+        indexes = sorted(
+            (int(m.group(1)), name) for name in subdirs if (m := _INDEX_DIR.fullmatch(name))
+        )
+        if len(indexes) > MAX_INDEXES:
+            problems.add(
+                "cache.too-many", base, f"{len(indexes)} index directories; read the first 16"
+            )
+            indexes = indexes[:MAX_INDEXES]
+        for _, name in indexes:
+            if cpu in covered.get(name, ()):
+                continue
+            path = f"{base}/{name}"
+            attrs = read_attrs(host, path, _ATTRS, problems, "cache.unreadable")
+            if attrs is None:
+                continue
+            entry = _entry(path, attrs, cpu, cpus, cpus_limit, problems)
+            if entry is None:
+                continue
+            if entry.level not in LEVELS:
+                covered.setdefault(name, set()).update(entry.cpus)
+                continue
+            key = (entry.level, entry.cpus)
+            if key in found:
+                covered.setdefault(name, set()).update(entry.cpus)
+                continue
+            clash = next((s for s in by_level.get(entry.level, ()) if s & entry.cpus), None)
+            if clash is not None:
+                problems.add(
+                    "cache.overlap",
+                    path,
+                    f"L{entry.level} CPUs {entry.cpus.cpulist()} overlap another L{entry.level}"
+                    f" domain {clash.cpulist()} without equalling it; skipped",
+                )
+                continue
+            found[key] = entry
+            by_level.setdefault(entry.level, []).append(entry.cpus)
+            covered.setdefault(name, set()).update(entry.cpus)
+    return tuple(sorted(found.values(), key=lambda c: (c.level, min(c.cpus))))
+
+
+def _entry(
+    path: str,
+    attrs: Mapping[str, str | HostError],
+    cpu: int,
+    cpus: CpuTopology,
+    limit: int,
+    problems: Problems,
+) -> Cache | None:
+    """One index directory as a Cache (its level may be outside LEVELS: the caller still counts
+    its CPUs as covered), or None when it is not a unified/data cache or cannot be used."""
+    level = attr_parsed(path, attrs, "level", parse_cache_level, problems)
+    kind = attr_text(path, attrs, "type", problems)
+    if level is None or kind is None:
+        return None
+    if kind.strip() not in KINDS:
+        return None  # Instruction (or a type this reader does not know): no working set
+    shared = attr_parsed(
+        path, attrs, "shared_cpu_list", lambda t: parse.parse_cpulist(t, limit), problems
+    )
+    if shared is None:
+        shared = attr_parsed(
+            path, attrs, "shared_cpu_map", lambda t: parse.parse_cpumask(t, limit), problems
+        )
+    if shared is None:
+        problems.add("cache.cpus.missing", path, "no readable shared_cpu_list or shared_cpu_map")
+        return None
+    beyond = shared - cpus.present
+    if beyond:
+        problems.add(
+            "cache.cpus.beyond-present",
+            f"{path}/shared_cpu_list",
+            f"lists CPUs {beyond.cpulist()} that are not present; ignored",
+        )
+    online = shared & cpus.online
+    if cpu not in online:
+        problems.add(
+            "cache.cpus.without-self",
+            f"{path}/shared_cpu_list",
+            f"CPU {cpu}'s cache lists CPUs {online.cpulist() or '(none)'} without it; skipped",
+        )
+        return None
+    return Cache(
+        level=level,
+        cpus=online,
+        size_kib=attr_parsed(path, attrs, "size", parse_cache_size_kib, problems),
+        id=attr_parsed(path, attrs, "id", parse_cache_id, problems),
+    )
