@@ -89,7 +89,42 @@ def build_all(
 
     `observed_xids` and `expect` reach the audit's context (the agent's NVML XID events and its
     [expect] table); `keepalive` is called between the audit's long steps (the agent's
-    watchdog ping)."""
+    watchdog ping).
+
+    The whole pass is one `host.oneshot()` block: the audit's collectors and the tuning verify
+    read thousands of files below the same few directories (AER counters and IB ports of every
+    device), and resolving each path component by component again for every read cost more
+    than the rest of the build. Nothing is cached past the pass, so the agent's next build
+    sees devices that came or went."""
+    with host.oneshot():
+        return _build_all(
+            host,
+            now=now,
+            housekeeping=housekeeping,
+            profiles_dir=profiles_dir,
+            topology=topology,
+            probe=probe,
+            observed_xids=observed_xids,
+            expect=expect,
+            expect_source=expect_source,
+            keepalive=keepalive,
+        )
+
+
+def _build_all(
+    host: Host,
+    *,
+    now: datetime | None,
+    housekeeping: str,
+    profiles_dir: Path | None,
+    topology: Topology | None,
+    probe: ProbeSection | None,
+    observed_xids: tuple[XidEvent, ...],
+    expect: Expectation | None,
+    expect_source: str | None,
+    keepalive: Callable[[], None] | None,
+) -> Built:
+    """build_all's pass, inside its oneshot() block."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
     # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
