@@ -4,7 +4,8 @@ hot, everything else handed to click (cli/main.py). Both call the same command b
 
 `topo`, `gpus`, `exec` (the launcher in front of every inference server), `manifest show
 --published` and `mcpnode --help` / `--version` are what scripts, launchers and people run
-most (and `agent`, systemd's service, which would otherwise keep click in memory for its life), and click alone costs more to import (16 ms on a quiet 2-core VM) than hwloc's whole
+most (and `agent`, systemd's service, which would otherwise keep click in memory for its
+life), and click alone costs more to import (16 ms on a quiet 2-core VM) than hwloc's whole
 `lstopo` run on a sysfs dump. Here their few options are parsed by hand — exactly the options
 click declares for them, in the forms click accepts (`--root X`, `--root=X`); anything else
 (`--help` of a command, a typo, an option this parser does not know) goes to click, which then
