@@ -97,90 +97,62 @@ def build_all(
     than the rest of the build. Nothing is cached past the pass, so the agent's next build
     sees devices that came or went."""
     with host.oneshot():
-        return _build_all(
-            host,
-            now=now,
-            housekeeping=housekeeping,
-            profiles_dir=profiles_dir,
-            topology=topology,
-            probe=probe,
-            observed_xids=observed_xids,
-            expect=expect,
-            expect_source=expect_source,
+        topo = topology if topology is not None else discover_host(host)
+        placement = plan_placement(topo, housekeeping)
+        # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
+        # publishes, not with a previous manifest's.
+        partition = cpu_partition(
+            placement, {n.id: n.cpus for n in topo.numa_nodes}, "this manifest's placement"
+        )
+        ctx = replace(
+            audit_context(
+                host,
+                topo,
+                None,
+                None if profiles_dir is None else str(profiles_dir),
+                housekeeping=placement.housekeeping,
+                observed_xids=observed_xids,
+                expect=expect,
+                expect_source=expect_source,
+            ),
+            partition=partition,
             keepalive=keepalive,
         )
-
-
-def _build_all(
-    host: Host,
-    *,
-    now: datetime | None,
-    housekeeping: str,
-    profiles_dir: Path | None,
-    topology: Topology | None,
-    probe: ProbeSection | None,
-    observed_xids: tuple[XidEvent, ...],
-    expect: Expectation | None,
-    expect_source: str | None,
-    keepalive: Callable[[], None] | None,
-) -> Built:
-    """build_all's pass, inside its oneshot() block."""
-    topo = topology if topology is not None else discover_host(host)
-    placement = plan_placement(topo, housekeeping)
-    # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
-    # publishes, not with a previous manifest's.
-    partition = cpu_partition(
-        placement, {n.id: n.cpus for n in topo.numa_nodes}, "this manifest's placement"
-    )
-    ctx = replace(
-        audit_context(
-            host,
+        profile = ctx.profile
+        tuning: VerifyReport | str | None
+        if profile is None:
+            # No active profile (or the journal is unusable): nothing to be compliant with.
+            tuning = ctx.active.problem if ctx.active is not None else None
+        else:
+            try:
+                managed = JournalStore(host).managed_irqs()
+                tuning = verify(host, load_profile(profile, host, profiles_dir), partition, managed)
+            except McpnodeError as err:
+                tuning = f"{type(err).__name__}: {err}"
+        when = now or datetime.now(timezone.utc)
+        findings, problems = run_areas(host, ctx, AREAS)
+        audit = AuditReport(
+            findings=tuple(findings),
+            host=topo.identity.hostname,
+            kernel=topo.identity.kernel_release,
+            generated_at=when.isoformat(timespec="seconds"),
+            problems=tuple(problems),
+            profile=profile,
+        )
+        manifest = build_manifest(
             topo,
-            None,
-            None if profiles_dir is None else str(profiles_dir),
-            housekeeping=placement.housekeeping,
-            observed_xids=observed_xids,
-            expect=expect,
-            expect_source=expect_source,
-        ),
-        partition=partition,
-        keepalive=keepalive,
-    )
-    profile = ctx.profile
-    tuning: VerifyReport | str | None
-    if profile is None:
-        # No active profile (or the journal is unusable): nothing to be compliant with.
-        tuning = ctx.active.problem if ctx.active is not None else None
-    else:
-        try:
-            managed = JournalStore(host).managed_irqs()
-            tuning = verify(host, load_profile(profile, host, profiles_dir), partition, managed)
-        except McpnodeError as err:
-            tuning = f"{type(err).__name__}: {err}"
-    when = now or datetime.now(timezone.utc)
-    findings, problems = run_areas(host, ctx, AREAS)
-    audit = AuditReport(
-        findings=tuple(findings),
-        host=topo.identity.hostname,
-        kernel=topo.identity.kernel_release,
-        generated_at=when.isoformat(timespec="seconds"),
-        problems=tuple(problems),
-        profile=profile,
-    )
-    manifest = build_manifest(
-        topo,
-        placement,
-        tuning,
-        audit,
-        when,
-        machine_id=read_machine_id(host),
-        driver=ctx.driver_version,
-        container_toolkit=toolkit_version(findings),
-        housekeeping=housekeeping,
-        tuning_source=ctx.active.source if ctx.active is not None else None,
-        probe=probe(host, topo, placement) if probe is not None else None,
-    )
-    return Built(manifest, topo, placement, audit)
+            placement,
+            tuning,
+            audit,
+            when,
+            machine_id=read_machine_id(host),
+            driver=ctx.driver_version,
+            container_toolkit=toolkit_version(findings),
+            housekeeping=housekeeping,
+            tuning_source=ctx.active.source if ctx.active is not None else None,
+            probe=probe(host, topo, placement) if probe is not None else None,
+        )
+        return Built(manifest, topo, placement, audit)
 
 
 def read_machine_id(host: Host) -> str | None:
