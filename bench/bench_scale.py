@@ -60,10 +60,13 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.jsonify import topology_json
 try:
-    from mcpnode.cli.jsonout import dumps as render
+    from mcpnode.codec.jsonout import dumps as render
 except ImportError:  # an older checkout
-    def render(body):
-        return json.dumps(body, indent=2)
+    try:
+        from mcpnode.cli.jsonout import dumps as render
+    except ImportError:
+        def render(body):
+            return json.dumps(body, indent=2)
 root = sys.argv[1]
 with Host(root) as host:
     discover(host)
