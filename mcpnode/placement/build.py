@@ -6,11 +6,12 @@ goes through the Host it is given.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 from mcpnode.audit.container.toolkit import toolkit_version
 from mcpnode.audit.expectation import Expectation
@@ -72,6 +73,25 @@ def make_manifest(
     ).manifest
 
 
+_P = ParamSpec("_P")
+
+
+def _one_pass(fn: Callable[Concatenate[Host, _P], Built]) -> Callable[Concatenate[Host, _P], Built]:
+    """Run `fn` in one `host.oneshot()` block: the audit's collectors and the tuning verify read
+    thousands of files below the same few directories (AER counters and IB ports of every
+    device), and resolving each path component by component again for every read cost more
+    than the rest of the build. Nothing is cached past the pass, so the agent's next build sees
+    devices that came or went."""
+
+    @functools.wraps(fn)
+    def run(host: Host, /, *args: _P.args, **kwargs: _P.kwargs) -> Built:
+        with host.oneshot():
+            return fn(host, *args, **kwargs)
+
+    return run
+
+
+@_one_pass
 def build_all(
     host: Host,
     *,
@@ -89,70 +109,63 @@ def build_all(
 
     `observed_xids` and `expect` reach the audit's context (the agent's NVML XID events and its
     [expect] table); `keepalive` is called between the audit's long steps (the agent's
-    watchdog ping).
-
-    The whole pass is one `host.oneshot()` block: the audit's collectors and the tuning verify
-    read thousands of files below the same few directories (AER counters and IB ports of every
-    device), and resolving each path component by component again for every read cost more
-    than the rest of the build. Nothing is cached past the pass, so the agent's next build
-    sees devices that came or went."""
-    with host.oneshot():
-        topo = topology if topology is not None else discover_host(host)
-        placement = plan_placement(topo, housekeeping)
-        # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
-        # publishes, not with a previous manifest's.
-        partition = cpu_partition(
-            placement, {n.id: n.cpus for n in topo.numa_nodes}, "this manifest's placement"
-        )
-        ctx = replace(
-            audit_context(
-                host,
-                topo,
-                None,
-                None if profiles_dir is None else str(profiles_dir),
-                housekeeping=placement.housekeeping,
-                observed_xids=observed_xids,
-                expect=expect,
-                expect_source=expect_source,
-            ),
-            partition=partition,
-            keepalive=keepalive,
-        )
-        profile = ctx.profile
-        tuning: VerifyReport | str | None
-        if profile is None:
-            # No active profile (or the journal is unusable): nothing to be compliant with.
-            tuning = ctx.active.problem if ctx.active is not None else None
-        else:
-            try:
-                managed = JournalStore(host).managed_irqs()
-                tuning = verify(host, load_profile(profile, host, profiles_dir), partition, managed)
-            except McpnodeError as err:
-                tuning = f"{type(err).__name__}: {err}"
-        when = now or datetime.now(timezone.utc)
-        findings, problems = run_areas(host, ctx, AREAS)
-        audit = AuditReport(
-            findings=tuple(findings),
-            host=topo.identity.hostname,
-            kernel=topo.identity.kernel_release,
-            generated_at=when.isoformat(timespec="seconds"),
-            problems=tuple(problems),
-            profile=profile,
-        )
-        manifest = build_manifest(
+    watchdog ping). One oneshot() pass (_one_pass)."""
+    topo = topology if topology is not None else discover_host(host)
+    placement = plan_placement(topo, housekeeping)
+    # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest
+    # publishes, not with a previous manifest's.
+    partition = cpu_partition(
+        placement, {n.id: n.cpus for n in topo.numa_nodes}, "this manifest's placement"
+    )
+    ctx = replace(
+        audit_context(
+            host,
             topo,
-            placement,
-            tuning,
-            audit,
-            when,
-            machine_id=read_machine_id(host),
-            driver=ctx.driver_version,
-            container_toolkit=toolkit_version(findings),
-            housekeeping=housekeeping,
-            tuning_source=ctx.active.source if ctx.active is not None else None,
-            probe=probe(host, topo, placement) if probe is not None else None,
-        )
-        return Built(manifest, topo, placement, audit)
+            None,
+            None if profiles_dir is None else str(profiles_dir),
+            housekeeping=placement.housekeeping,
+            observed_xids=observed_xids,
+            expect=expect,
+            expect_source=expect_source,
+        ),
+        partition=partition,
+        keepalive=keepalive,
+    )
+    profile = ctx.profile
+    tuning: VerifyReport | str | None
+    if profile is None:
+        # No active profile (or the journal is unusable): nothing to be compliant with.
+        tuning = ctx.active.problem if ctx.active is not None else None
+    else:
+        try:
+            managed = JournalStore(host).managed_irqs()
+            tuning = verify(host, load_profile(profile, host, profiles_dir), partition, managed)
+        except McpnodeError as err:
+            tuning = f"{type(err).__name__}: {err}"
+    when = now or datetime.now(timezone.utc)
+    findings, problems = run_areas(host, ctx, AREAS)
+    audit = AuditReport(
+        findings=tuple(findings),
+        host=topo.identity.hostname,
+        kernel=topo.identity.kernel_release,
+        generated_at=when.isoformat(timespec="seconds"),
+        problems=tuple(problems),
+        profile=profile,
+    )
+    manifest = build_manifest(
+        topo,
+        placement,
+        tuning,
+        audit,
+        when,
+        machine_id=read_machine_id(host),
+        driver=ctx.driver_version,
+        container_toolkit=toolkit_version(findings),
+        housekeeping=housekeeping,
+        tuning_source=ctx.active.source if ctx.active is not None else None,
+        probe=probe(host, topo, placement) if probe is not None else None,
+    )
+    return Built(manifest, topo, placement, audit)
 
 
 def read_machine_id(host: Host) -> str | None:
