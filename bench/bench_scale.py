@@ -3,7 +3,7 @@ tools/fixturegen/fixturegen.py (8 GPUs, 8 ConnectX-7 PFs) with N = 0, 512, 1024,
 SR-IOV VFs (each VF a PCI function with a netdev).
 
 Per root, alternated round by round (these machines are noisy; ratios, not absolutes):
-- in process: `discover(Host(root))`, then `topology_json()` and the JSON text (cli/jsonout.py;
+- in process: `discover(Host(root))`, then `topology_json()` and the JSON text (codec/jsonout.py;
   json.dumps(indent=2) in a checkout that predates it) as
   `mcpnode topo --format json` renders it, timed apart so the share of each is visible;
 - whole process: `mcpnode topo --format json --root ROOT` and `lstopo-no-graphics --whole-io
@@ -12,7 +12,9 @@ The marginal cost per PCI function is the slope of whole-process time between tw
 more function costs, start-up excluded), and the least-squares slope over every N.
 
 Targets (printed beside the figures): marginal cost per function <= 2x lstopo's; 4,096 VFs in
-under 0.5 s in process; peak RSS <= 2x lstopo's at 8,192 VFs.
+under 0.5 s in process; peak RSS <= 2x lstopo's at 8,192 VFs. Beside the 4,096-VF figure, the
+same child times the floor of the same reads in plain Python (_FLOOR): listing each directory
+first, as a recorded root must be read, and opening by name, as lstopo does.
 
 A second checkout (another revision's tree holding `mcpnode/`) is measured alongside, in the same
 rounds, with `--baseline DIR` or MCPNODE_BENCH_BASELINE=DIR: the before/after figures of a change
@@ -58,10 +60,13 @@ from mcpnode.host import Host
 from mcpnode.topology.discover import discover
 from mcpnode.topology.jsonify import topology_json
 try:
-    from mcpnode.cli.jsonout import dumps as render
+    from mcpnode.codec.jsonout import dumps as render
 except ImportError:  # an older checkout
-    def render(body):
-        return json.dumps(body, indent=2)
+    try:
+        from mcpnode.codec.jsonout import dumps as render
+    except ImportError:
+        def render(body):
+            return json.dumps(body, indent=2)
 root = sys.argv[1]
 with Host(root) as host:
     discover(host)
@@ -73,7 +78,59 @@ body = topology_json(topo)
 t2 = time.perf_counter()
 render(body)
 t3 = time.perf_counter()
-print(json.dumps([t1 - t0, t2 - t1, t3 - t2, len(topo.pci_devices)]))
+floors = [floor(root, listed=True), floor(root, listed=False)]
+print(json.dumps([t1 - t0, t2 - t1, t3 - t2, len(topo.pci_devices), *floors]))
+"""
+
+# The floor of the same reads, in plain Python with no bookkeeping, in the same child after the
+# discovery: each PCI function of /sys/bus/pci/devices, its attributes, `driver` and `physfn`
+# links, its netdevs' four attributes. `listed`: as a recorded root must be read (host/read.py
+# read_directory): each directory listed first, so that only entries listed as regular files
+# are opened and a planted device node or FIFO never is; otherwise opened by name, what lstopo
+# does and what a root-safe reader of a recorded root may not.
+_FLOOR = r"""
+import os, time
+_FN = frozenset(("class", "vendor", "device", "subsystem_vendor", "subsystem_device",
+    "numa_node", "local_cpulist", "local_cpus", "current_link_speed", "current_link_width",
+    "max_link_speed", "max_link_width", "sriov_numvfs"))
+_ND = frozenset(("operstate", "mtu", "speed", "address"))
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW
+def _read(path):
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4097)
+    finally:
+        os.close(fd)
+def _dir(path, want, listed):
+    if not listed:
+        for name in want:
+            _read(path + "/" + name)
+        return
+    with os.scandir(path) as it:
+        for e in it:
+            if e.name in want and not e.is_symlink() and e.is_file():
+                _read(path + "/" + e.name)
+def floor(root, listed):
+    bus = root + "/sys/bus/pci/devices"
+    t0 = time.perf_counter()
+    for name in os.listdir(bus):
+        fn = bus + "/" + name  # through the bus link, resolved by the kernel as lstopo's are
+        _dir(fn, _FN, listed)
+        for link in ("driver", "physfn"):
+            try:
+                os.readlink(fn + "/" + link)
+            except OSError:
+                pass
+        try:
+            netdevs = os.listdir(fn + "/net")
+        except OSError:
+            netdevs = []
+        for nd in netdevs:
+            _dir(fn + "/net/" + nd, _ND, listed)
+    return time.perf_counter() - t0
 """
 
 
@@ -114,10 +171,10 @@ def _child(argv: list[str], cwd: Path) -> tuple[float, float, float]:
 
 
 def _in_process(tree: Path, root: Path) -> list[float]:
-    """[discover s, topology_json s, json.dumps s, PCI functions] from a child importing the
-    mcpnode of `tree` (its cwd, first on sys.path for `-c`)."""
+    """[discover s, topology_json s, json.dumps s, PCI functions, floor listed s, floor by name
+    s] from a child importing the mcpnode of `tree` (its cwd, first on sys.path for `-c`)."""
     out = subprocess.run(
-        [sys.executable, "-c", _IN_PROCESS, str(root)],
+        [sys.executable, "-c", _FLOOR + _IN_PROCESS, str(root)],
         cwd=tree,
         capture_output=True,
         text=True,
@@ -264,6 +321,15 @@ def bench_scale(baseline: Path | None = None) -> list[dict[str, object]]:
             + "  ".join(f"{k} {v:.3f} s" for k, v in secs.items())
             + f"  (target < {IN_PROCESS_4096_S} s: {met})"
         )
+        floors = {k: (stage(k, 4096, 4), stage(k, 4096, 5)) for k in trees}
+        listed, by_name = floors["mcpnode"]
+        print(
+            f"     the same reads in plain Python: {listed:.3f} s listing each directory first "
+            f"(root-safe, as host/read.py reads a recorded root), {by_name:.3f} s opening "
+            f"by name (lstopo's way); discover / the root-safe floor "
+            f"{secs['mcpnode'] / listed:4.2f}x"
+        )
+        summary["in_process_4096_floor_s"] = {"listed": listed, "by_name": by_name}
         for k, (d, j, w) in per_fn.items():
             print(
                 f"     {k}: us per function: discover {d:6.1f}  topology_json {j:6.1f}  "

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 from mcpnode.agent.part import AgentPart
-from mcpnode.audit.ib import counter, read_ports
+from mcpnode.audit.ib import counter, read_port_counter
 from mcpnode.audit.xid import (
     LogRecord,
     SxidEvent,
@@ -279,14 +279,19 @@ class HealthWatch:
         self.on_xids(got, False)
 
     def poll_ib(self, initial: bool = False) -> None:
-        for port in read_ports(self.host).ports:
-            value = counter(dict(port.counters)["link_downed"])
+        # Only `link_downed`, in one oneshot() pass: the ports sit below the class directory's
+        # symlinks, which were otherwise resolved again for every file of every port, at every
+        # tick (an idle agent's largest cost).
+        with self.host.oneshot():
+            read = read_port_counter(self.host, "link_downed")
+        for name, fr in read:
+            value = counter(fr)
             if value is None:
                 continue
-            before = self.link_downed.get(port.name)
-            self.link_downed[port.name] = value
+            before = self.link_downed.get(name)
+            self.link_downed[name] = value
             if not initial and before is not None and value > before:
-                self.on_flap(port.name, before, value)
+                self.on_flap(name, before, value)
 
     def close(self) -> None:
         if self.kmsg is not None:

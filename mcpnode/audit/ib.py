@@ -83,6 +83,18 @@ def read_ports(host: HostReader) -> IbFacts:
     return IbFacts(tuple(ports), devices is not None)
 
 
+def read_port_counter(host: HostReader, name: str) -> list[tuple[str, FileRead]]:
+    """One counter (`link_downed`) of every port of every RDMA device, as (`mlx5_0/1`, its
+    read): what the agent's health timer watches, without the state, rate and other counters
+    read_ports takes for the audit. Never raises."""
+    out = []
+    for dev in list_dir(host, paths.INFINIBAND_CLASS) or ():
+        base = f"{paths.INFINIBAND_CLASS}/{dev}/ports"
+        for port in list_dir(host, base) or ():
+            out.append((f"{dev}/{port}", read_file(host, f"{base}/{port}/counters/{name}")))
+    return out
+
+
 def collect(host: HostReader, ctx: AuditContext) -> IbFacts:
     del ctx
     return read_ports(host)

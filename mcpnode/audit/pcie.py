@@ -23,6 +23,7 @@ port's counters alone.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from mcpnode.audit import paths
@@ -50,6 +51,14 @@ def parse_aer(text: str, kind: str) -> dict[str, int]:
     """An aer_dev_* file -> {error name: count}, `TOTAL` included. The name is everything before
     the last field (4.19 - 5.x names have spaces). Raises AerParseError for a line that is not
     `NAME COUNT` or a file without its TOTAL line."""
+    return dict(_parse_aer(text, kind))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_aer(text: str, kind: str) -> tuple[tuple[str, int], ...]:
+    """parse_aer's pairs, remembered per distinct text: every GPU, NIC and bridge above them
+    has the same three files of zeros on a healthy host, and the agent audits them again at
+    every republish."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -62,7 +71,7 @@ def parse_aer(text: str, kind: str) -> dict[str, int]:
     if total not in out:
         raise AerParseError(f"no {total} line")
     out["TOTAL"] = out.pop(total)
-    return out
+    return tuple(out.items())
 
 
 @dataclass(frozen=True)

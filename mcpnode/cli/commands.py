@@ -238,3 +238,34 @@ def recommend_command(root: str, *, fmt: str = "text") -> str:
     if fmt == "json":
         return render_tuning.recommend_json(result) + "\n"
     return render_tuning.recommend_text(result)
+
+
+# -- the agent --------------------------------------------------------------------------------
+
+
+def agent_command(
+    root: str,
+    config_path: str | None = None,
+    *,
+    profiles_dir: Path | None = None,
+    inject_fd: int | None = None,
+) -> int:
+    """`mcpnode agent`: run the node agent until it stops (systemd Type=notify); its exit
+    status (mcpnode/exitcodes.py). `config_path` defaults to the agent's
+    (/etc/mcpnode/mcpnode.toml under the root). Raises HostError / RootError when the root
+    cannot be read."""
+    from mcpnode.agent.config import CONFIG_PATH
+    from mcpnode.agent.service import Agent
+    from mcpnode.host import Host
+    from mcpnode.logs import configure_logging
+
+    configure_logging("auto", "info")
+    with Host(root) as host, Host("/") as live:
+        agent = Agent(
+            host,
+            live,
+            CONFIG_PATH if config_path is None else config_path,
+            profiles_dir=profiles_dir,
+            inject_fd=inject_fd,
+        )
+        return agent.run()

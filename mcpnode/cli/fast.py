@@ -4,7 +4,8 @@ hot, everything else handed to click (cli/main.py). Both call the same command b
 
 `topo`, `gpus`, `exec` (the launcher in front of every inference server), `manifest show
 --published` and `mcpnode --help` / `--version` are what scripts, launchers and people run
-most, and click alone costs more to import (16 ms on a quiet 2-core VM) than hwloc's whole
+most (and `agent`, systemd's service, which would otherwise keep click in memory for its
+life), and click alone costs more to import (16 ms on a quiet 2-core VM) than hwloc's whole
 `lstopo` run on a sysfs dump. Here their few options are parsed by hand — exactly the options
 click declares for them, in the forms click accepts (`--root X`, `--root=X`); anything else
 (`--help` of a command, a typo, an option this parser does not know) goes to click, which then
@@ -40,6 +41,10 @@ _OPTIONS: dict[str, dict[str, bool | tuple[str, ...]]] = {
     # `manifest show`, served only with --published (reading the file is the cheap part; a
     # manifest built anew needs discovery, the audit and the profile: click's path)
     "manifest": {"--root": True, "--published": False, "--format": ("text", "json")},
+    # the service itself (systemd's ExecStart): click and the other commands' modules it
+    # imports would stay in the agent's memory for its whole life (~1.5 MB). --profiles-dir
+    # (click checks it is a directory) and anything else go to click.
+    "agent": {"--config": True, "--root": True, "--inject-fd": True},
 }
 
 # `exec`'s options before COMMAND (cli/main.py placement_options); --dry-run, --format and
@@ -164,6 +169,34 @@ def _run(command: str, opts: dict[str, str | bool]) -> Output:
     return commands.gpus_command(root, fmt=fmt)
 
 
+def _agent(argv: list[str]) -> None:
+    """`mcpnode agent` when its options are ones this parser serves: runs the agent and exits
+    with its status, or returns to let click parse `argv`."""
+    opts = _parse("agent", argv)
+    if opts is None:
+        return
+    fd = opts.get("--inject-fd")
+    if fd is not None and not (isinstance(fd, str) and fd.isascii() and fd.isdigit()):
+        return  # click's int conversion says what it says
+    from mcpnode.cli.commands import agent_command
+    from mcpnode.cli.errors import error_line
+    from mcpnode.errors import McpnodeError
+
+    try:
+        code = agent_command(
+            str(opts.get("--root", "/")),
+            None if "--config" not in opts else str(opts["--config"]),
+            inject_fd=None if fd is None else int(fd),
+        )
+    except (McpnodeError, OSError) as err:
+        said = error_line(err)
+        if said is None:
+            raise
+        _say(said[0])
+        sys.exit(said[1])
+    sys.exit(code)
+
+
 def _help_width_is_default() -> bool:
     """click's help text is the same at every terminal width of 80 and more (it caps the width
     at 80, HelpFormatter's max_width); shutil.get_terminal_size's order: COLUMNS, then the
@@ -230,6 +263,8 @@ def _fail(line: str, code: int) -> None:
 def main() -> None:
     """`mcpnode`: the fast path when it serves the command, else click (cli/main.py main)."""
     argv = sys.argv[1:]
+    if argv[:1] == ["agent"] and "_MCPNODE_COMPLETE" not in os.environ:
+        _agent(argv[1:])  # a long-running service: no gc threshold or os._exit of the others
     # Shell completion calls the program with no arguments and the words in the environment
     # (click's `_MCPNODE_COMPLETE=bash_complete`): that is click's to answer, not --help's.
     served = (argv and argv[0] in _SERVED) or argv in (["--help"], ["-h"], [], ["--version"])

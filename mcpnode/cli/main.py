@@ -853,14 +853,9 @@ def systemd_dropin(
 @click.option("--inject-fd", type=int, default=None, hidden=True, help="Read JSON device events.")
 def agent(config_path: str, root: str, profiles_dir: Path | None, inject_fd: int | None) -> None:
     """Run the node agent (systemd Type=notify): tune, watch devices and drift, publish."""
-    from mcpnode.agent.service import Agent
-    from mcpnode.host import Host
-    from mcpnode.logs import configure_logging
-
-    configure_logging("auto", "info")
-    with Host(root) as host, Host("/") as live:
-        code = Agent(host, live, config_path, profiles_dir=profiles_dir, inject_fd=inject_fd).run()
-    sys.exit(code)
+    sys.exit(
+        commands.agent_command(root, config_path, profiles_dir=profiles_dir, inject_fd=inject_fd)
+    )
 
 
 def _register() -> None:

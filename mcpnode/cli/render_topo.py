@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from mcpnode.cli import jsonout
+from mcpnode.codec import jsonout
 from mcpnode.codec.printable import printable
 from mcpnode.topology.discover import effective_local_cpus
 from mcpnode.topology.jsonify import topology_json
@@ -41,7 +41,7 @@ def as_json(topo: Topology) -> str:
 
 def write_json(topo: Topology, write: Callable[[str], object]) -> None:
     """`as_json(topo)` through `write`, in pieces as they are made: an 8,192-VF host's JSON
-    is 12 MB, and json.dumps(indent=2) held a list of every fragment besides (cli/jsonout.py)."""
+    is 12 MB, and json.dumps(indent=2) held a list of every fragment besides (codec/jsonout.py)."""
     jsonout.write_json(topology_json(topo), write)
 
 

@@ -4,11 +4,12 @@ every layer's result types.
 To the type checker a `@record` class is a dataclass (PEP 681 dataclass_transform, so mypy
 checks its fields, immutability and constructors as such); at run time `record` builds the
 same methods — `__init__`, `__repr__`, `__eq__`, `__hash__` (frozen), ordering (`order=True`),
-read-only attributes (`frozen=True`) — with one `exec` per class and `__slots__`. dataclasses
-generates each method with its own exec and imports inspect, ast and tokenize on the way, which
-cost more than the discovery of a small host on every `mcpnode topo`; slots keep an
-8,192-VF topology's memory down. `replace()` and `fields()` are `dataclasses.replace` /
-`dataclasses.fields` for records (and fall back to dataclasses for real dataclasses).
+read-only attributes (`frozen=True`) — with one `exec` per class, at its first instantiation,
+and `__slots__`. dataclasses generates each method with its own exec and imports inspect, ast
+and tokenize on the way, which cost more than the discovery of a small host on every `mcpnode
+topo`; slots keep an 8,192-VF topology's memory down. `replace()` and `fields()` are
+`dataclasses.replace` / `dataclasses.fields` for records (and fall back to dataclasses for real
+dataclasses).
 """
 
 from __future__ import annotations
@@ -114,15 +115,16 @@ def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
     # import inspect: the cost this module avoids).
     names = tuple(cls.__dict__.get("__annotations__", {}))  # noqa: RUF063
     defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
-    params = ", ".join(f"{n}=_dflt_{n}" if n in defaults else n for n in names)
-    setter = "    _set(self, {0!r}, {0})" if frozen else "    self.{0} = {0}"
-    source = "\n".join(
-        [f"def __init__(self, {params}):" if names else "def __init__(self):"]
-        + ([setter.format(n) for n in names] or ["    pass"])
-    )
-    env: dict[str, Any] = {f"_dflt_{n}": v for n, v in defaults.items()}
-    env["_set"] = object.__setattr__
-    exec(source, env)  # noqa: S102 - source built above from the class's own field names
+    built: list[type] = []  # the class made below, for the first __init__ call to find
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # The real __init__ is compiled at the class's first instantiation, not at import:
+        # the compile is most of what defining a record costs, and a command makes only some
+        # of the classes it imports (`topo` 14 of 25). It then replaces this one on the class.
+        real = _compile_init(names, defaults, frozen)
+        setattr(built[0], "__init__", real)  # noqa: B010 - mypy refuses the attribute form
+        real(self, *args, **kwargs)
+
     body = {k: v for k, v in cls.__dict__.items() if k not in names}
     body.pop("__dict__", None)
     body.pop("__weakref__", None)
@@ -134,14 +136,30 @@ def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
         __match_args__=names,
         __record_fields__=names,
         __record_values__=staticmethod(_values_getter(names)),
-        __init__=env["__init__"],
+        __init__=__init__,
     )
     base: type = _OrderedRecord if order else _FrozenRecord if frozen else _Record
     if not frozen:
         body["__hash__"] = None  # mutable and compared by value: unhashable, as a dataclass
     out = type(cls.__name__, (base,), body)
     out.__qualname__ = cls.__qualname__
+    built.append(out)
     return out
+
+
+def _compile_init(names: tuple[str, ...], defaults: dict[str, Any], frozen: bool) -> Any:
+    """A record's `__init__(self, <fields>)`, one short exec: each field set in order, through
+    object.__setattr__ when the record is frozen, with the class's defaults."""
+    params = ", ".join(f"{n}=_dflt_{n}" if n in defaults else n for n in names)
+    setter = "    _set(self, {0!r}, {0})" if frozen else "    self.{0} = {0}"
+    source = "\n".join(
+        [f"def __init__(self, {params}):" if names else "def __init__(self):"]
+        + ([setter.format(n) for n in names] or ["    pass"])
+    )
+    env: dict[str, Any] = {f"_dflt_{n}": v for n, v in defaults.items()}
+    env["_set"] = object.__setattr__
+    exec(source, env)  # noqa: S102 - source built above from the class's own field names
+    return env["__init__"]
 
 
 if TYPE_CHECKING:

@@ -35,8 +35,6 @@ from mcpnode.host.kmsg import (
     KMSG_MAX_BYTES,
     KMSG_PATH,
     HostKmsg,
-    KmsgRead,
-    KmsgScan,
     KmsgStream,
 )
 from mcpnode.host.process import MPOL_MODES, MempolicyMode
@@ -47,7 +45,15 @@ from mcpnode.host.read import (
     read_limit,
 )
 from mcpnode.host.roles import HostProcess, HostReader, HostWriter
-from mcpnode.host.types import CommandResult, Entry, FileStat, NodeMemory, Recording
+from mcpnode.host.types import (
+    CommandResult,
+    Entry,
+    FileStat,
+    KmsgRead,
+    KmsgScan,
+    NodeMemory,
+    Recording,
+)
 from mcpnode.host.write import FAULT_ENV, STOP_ENV
 
 __all__ = [

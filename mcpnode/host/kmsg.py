@@ -16,7 +16,6 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from typing import NamedTuple
 
 from mcpnode.codec.bounded import BoundError, parse_decimal
 from mcpnode.errors import HostError, ReadError
@@ -24,6 +23,7 @@ from mcpnode.host.backend import OS, Backend
 from mcpnode.host.process import HostProcesses
 from mcpnode.host.read import _READ_CHUNK
 from mcpnode.host.translate import _translate
+from mcpnode.host.types import KmsgRead, KmsgScan
 
 
 class HostKmsg(HostProcesses):
@@ -160,34 +160,6 @@ _HEAD_IN_BOUNDS = re.compile(
 )
 # A regular file's line longer than this without its newline is dropped, never held back whole.
 _PARTIAL_MAX = 2 * _KMSG_RECORD_MAX
-
-
-class KmsgRead(NamedTuple):
-    """Kernel log records, oldest first, each `PRIORITY,SEQ,USEC,FLAGS;MESSAGE` with its
-    continuation lines after a newline. `truncated`: older records were dropped to stay in
-    bounds; `overwritten`: how many times the kernel reported records lost (EPIPE)."""
-
-    records: tuple[str, ...]
-    truncated: bool = False
-    overwritten: int = 0
-    # Records dropped or cut: a head whose numbers are past their digits (_HEAD), or a record
-    # that continues past the kernel's own bound on one record (_KMSG_RECORD_MAX).
-    skipped: int = 0
-    # read_new() stopped at its `batch_bytes` with more waiting: call it again (after letting
-    # the loop's other sources run).
-    more: bool = False
-
-
-class KmsgScan(NamedTuple):
-    """What Host.scan_kmsg read: how many records (before parsing), whether older ones were
-    dropped to stay in bounds (`truncated`), the kernel's overwrites while reading, the records
-    skipped (as KmsgRead's), and whether it stopped at its bound with records left (`unread`)."""
-
-    records: int
-    truncated: bool = False
-    overwritten: int = 0
-    skipped: int = 0
-    unread: bool = False
 
 
 class KmsgStream:

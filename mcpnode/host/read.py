@@ -45,6 +45,11 @@ from mcpnode.host.trust import _mode_problem
 from mcpnode.host.types import Entry, FileStat
 
 _READ_CHUNK = 65536
+# The first read of a file asks for one x86 page and a byte: a sysfs attribute or a sysctl is at
+# most a page (fs/sysfs/file.c), most files mcpnode reads are smaller, and asking read() for
+# 64 KiB makes Python allocate 64 KiB and shrink it for every one of an SR-IOV host's tens of
+# thousands of attributes. A read that fills it goes on in _READ_CHUNK steps.
+_FIRST_READ = 4096 + 1
 # Read caps, by what is read (read_limit). A sysfs attribute's show() fills at most one page
 # (fs/sysfs/file.c: sysfs_kf_seq_show, PAGE_SIZE), and the largest page Linux uses is 64 KiB
 # (arm64/ppc64 64K pages). procfs tables grow with the machine: /proc/interrupts is one line per
@@ -91,7 +96,7 @@ def _read_capped(read: Callable[[int, int], bytes], fd: int, cap: int, logical: 
     A short read is EOF for sysfs attributes (one page, returned whole), for procfs seq_files
     (seq_read fills the buffer until EOF) and for regular files, so the common case is one
     read() instead of read() + an empty read()."""
-    want = min(_READ_CHUNK, cap + 1)
+    want = min(_FIRST_READ, cap + 1)
     try:
         data = read(fd, want)
         if len(data) == want:
@@ -455,7 +460,7 @@ class HostReads(HostRoot):
         # O_NOFOLLOW: the entry was listed as a regular file; a symlink there now was swapped
         # in since, and is refused (ELOOP) rather than followed.
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW
-        want = min(_READ_CHUNK, limit + 1)
+        want = min(_FIRST_READ, limit + 1)
         for name in regular:
             try:
                 fd = os.open(fsbase + name, flags)

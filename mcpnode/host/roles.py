@@ -22,9 +22,17 @@ from typing import TYPE_CHECKING, NoReturn, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from mcpnode.errors import HostError
-    from mcpnode.host.kmsg import KmsgRead, KmsgScan, KmsgStream
+    from mcpnode.host.kmsg import KmsgStream
     from mcpnode.host.process import MempolicyMode
-    from mcpnode.host.types import CommandResult, Entry, FileStat, NodeMemory, Recording
+    from mcpnode.host.types import (
+        CommandResult,
+        Entry,
+        FileStat,
+        KmsgRead,
+        KmsgScan,
+        NodeMemory,
+        Recording,
+    )
 
 __all__ = ["HostProcess", "HostReader", "HostWriter"]
 

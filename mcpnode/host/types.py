@@ -1,12 +1,13 @@
 """The values Host hands out: directory entries, file identities, command answers, what a
-recording saw, NUMA-placed memory. Data only: no I/O.
+recording saw, NUMA-placed memory, what a kernel log read gave. Data only: no I/O.
 
 NamedTuples and a plain class rather than dataclasses: every mcpnode command imports these,
 and importing dataclasses (with the inspect, ast and tokenize modules it pulls in) costs more
-than reading a small host.
+than reading a small host. No `from __future__ import annotations` here, on purpose: NamedTuple
+checks each field's annotation when the class is made, and a string annotation costs it a
+compile() (typing.ForwardRef) per field, where a real type costs nothing; these are plain
+builtins, valid at run time on every Python mcpnode supports (3.10+: `X | None`).
 """
-
-from __future__ import annotations
 
 from typing import NamedTuple
 
@@ -84,6 +85,34 @@ class NodeMemory(NamedTuple):
     node: int
     pages: int
     pages_on_node: int
+
+
+class KmsgRead(NamedTuple):
+    """Kernel log records, oldest first, each `PRIORITY,SEQ,USEC,FLAGS;MESSAGE` with its
+    continuation lines after a newline. `truncated`: older records were dropped to stay in
+    bounds; `overwritten`: how many times the kernel reported records lost (EPIPE)."""
+
+    records: tuple[str, ...]
+    truncated: bool = False
+    overwritten: int = 0
+    # Records dropped or cut: a head whose numbers are past their digits (_HEAD), or a record
+    # that continues past the kernel's own bound on one record (_KMSG_RECORD_MAX).
+    skipped: int = 0
+    # read_new() stopped at its `batch_bytes` with more waiting: call it again (after letting
+    # the loop's other sources run).
+    more: bool = False
+
+
+class KmsgScan(NamedTuple):
+    """What Host.scan_kmsg read: how many records (before parsing), whether older ones were
+    dropped to stay in bounds (`truncated`), the kernel's overwrites while reading, the records
+    skipped (as KmsgRead's), and whether it stopped at its bound with records left (`unread`)."""
+
+    records: int
+    truncated: bool = False
+    overwritten: int = 0
+    skipped: int = 0
+    unread: bool = False
 
 
 def _opt_int(v: object) -> int | None:

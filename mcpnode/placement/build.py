@@ -7,11 +7,12 @@ read goes through the Host they are given.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict
 
 from mcpnode.audit.container.toolkit import toolkit_version
 from mcpnode.audit.expectation import Expectation
@@ -71,6 +72,25 @@ def make_manifest(host: Host, **options: Unpack[ManifestOptions]) -> dict[str, A
     return build_all(host, **options).manifest
 
 
+_P = ParamSpec("_P")
+
+
+def _one_pass(fn: Callable[Concatenate[Host, _P], Built]) -> Callable[Concatenate[Host, _P], Built]:
+    """Run `fn` in one `host.oneshot()` block: the audit's collectors and the tuning verify read
+    thousands of files below the same few directories (AER counters and IB ports of every
+    device), and resolving each path component by component again for every read cost more
+    than the rest of the build. Nothing is cached past the pass, so the agent's next build sees
+    devices that came or went."""
+
+    @functools.wraps(fn)
+    def run(host: Host, /, *args: _P.args, **kwargs: _P.kwargs) -> Built:
+        with host.oneshot():
+            return fn(host, *args, **kwargs)
+
+    return run
+
+
+@_one_pass
 def build_all(
     host: Host,
     *,
@@ -88,7 +108,7 @@ def build_all(
 
     `observed_xids` and `expect` reach the audit's context (the agent's NVML XID events and its
     [expect] table); `keepalive` is called between the audit's long steps (the agent's
-    watchdog ping)."""
+    watchdog ping). One oneshot() pass (_one_pass)."""
     topo = topology if topology is not None else discover_host(host)
     placement = plan_placement(topo, housekeeping)
     # The kubelet area compares the kubelet's reserved CPUs with the housekeeping this manifest

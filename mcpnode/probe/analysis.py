@@ -37,7 +37,6 @@ a link trained x8 of x16, or at half its generation, delivers about 0.5.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -179,6 +178,10 @@ def figure(samples: Sequence[float], latency: Sequence[float], error: str | None
     """Median, spread and median latency of one case's samples."""
     if error is not None or not samples:
         return Figure(None, None, None, len(samples), error or "no samples")
+    # Here, not at import: the agent imports this module for the manifest's probe section and
+    # would otherwise hold statistics, fractions, decimal and random for its whole life.
+    import statistics
+
     med = statistics.median(samples)
     spread = (max(samples) - min(samples)) / med if len(samples) > 1 else None
     lat = statistics.median(latency) if latency else None

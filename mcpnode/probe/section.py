@@ -7,14 +7,16 @@ that publish a manifest pass `manifest_section` in (build_all's `probe` argument
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpnode.errors import HostError, ProbeDataError
-from mcpnode.host import Host
-from mcpnode.placement.plan import Placement
-from mcpnode.probe.analysis import ProbeReport, analyse
 from mcpnode.probe.record import load_recorded
-from mcpnode.topology.model import Topology
+
+if TYPE_CHECKING:
+    from mcpnode.host import Host
+    from mcpnode.placement.plan import Placement
+    from mcpnode.probe.analysis import ProbeReport
+    from mcpnode.topology.model import Topology
 
 
 def _r(v: float | None, nd: int = 2) -> float | None:
@@ -84,5 +86,9 @@ def manifest_section(host: Host, topo: Topology, placement: Placement) -> dict[s
         }
     if found is None:
         return None
+    # The analysis (and what it imports) only once a run was kept: the agent calls this at
+    # every publish, and most hosts never ran the probe.
+    from mcpnode.probe.analysis import analyse
+
     run, source = found
     return section(analyse(topo, placement, run), source)

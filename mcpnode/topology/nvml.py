@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -247,6 +246,10 @@ class LiveNvml:
     """
 
     def __init__(self) -> None:
+        # threading here, not at import: only the live backend takes the lock, and every
+        # `topo` of a recorded root imports this module.
+        import threading
+
         self._lock = threading.Lock()
         self._nvml: Any = None
         self._handles: dict[int, Any] = {}

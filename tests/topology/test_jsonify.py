@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from mcpnode.cli import jsonout, render_topo
+from mcpnode.cli import render_topo
+from mcpnode.codec import jsonout
 from mcpnode.codec.record import replace
 from mcpnode.host import Host
 from mcpnode.topology.discover import discover, discover_host

@@ -1,4 +1,4 @@
-"""cli/jsonout.py writes json.dumps(obj, indent=2)'s exact text: on generated documents (every
+"""codec/jsonout.py writes json.dumps(obj, indent=2)'s exact text: on generated documents (every
 type json takes, subclasses, every key type, empty and deep containers, strings json must
 escape), whatever the piece size, and it refuses what json refuses with json's TypeError."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mcpnode.cli import jsonout
+from mcpnode.codec import jsonout
 
 
 class _Int(enum.IntEnum):
