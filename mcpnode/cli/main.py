@@ -404,6 +404,13 @@ def _status_list(
         raise click.BadParameter(str(err), ctx=ctx, param=param) from err
 
 
+def _finding_globs(name: str, text: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A repeatable option of finding-id globs (`gpu.*`), completed from the root's audit."""
+    return click.option(
+        name, multiple=True, metavar="GLOB", help=text, shell_complete=complete.finding_ids
+    )
+
+
 @cli.command()
 @root_option
 @click.option(
@@ -421,20 +428,8 @@ def _status_list(
     callback=check_output_dir,
     help="Write the report to FILE (atomically) instead of stdout.",
 )
-@click.option(
-    "--only",
-    multiple=True,
-    metavar="GLOB",
-    help="Only finding ids matching (repeat).",
-    shell_complete=complete.finding_ids,
-)
-@click.option(
-    "--skip",
-    multiple=True,
-    metavar="GLOB",
-    help="Drop finding ids matching (repeat).",
-    shell_complete=complete.finding_ids,
-)
+@_finding_globs("--only", "Only finding ids matching (repeat).")
+@_finding_globs("--skip", "Drop finding ids matching (repeat).")
 @click.option(
     "--status",
     "statuses",
