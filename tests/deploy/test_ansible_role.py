@@ -323,6 +323,30 @@ def test_dropins_for_another_venv(site: Site, ansible: Ansible) -> None:
         assert "/opt/mcpnode/" not in body and "/opt/mcpnode-alt/bin/mcpnode" in body
 
 
+def test_no_profile_configured_takes_the_recommended_one(site: Site, ansible: Ansible) -> None:
+    """mcpnode_profile "" (the role's default): the gate and the configuration use the profile
+    `mcpnode profiles recommend` picks for this root, and the run says why."""
+    venv_bin = site.root / "opt/mcpnode/bin/mcpnode"
+    answer = subprocess.run(
+        [str(venv_bin), "profiles", "recommend", "--format", "json", "--root", str(site.root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    recommended = json.loads(answer.stdout)
+    assert recommended["profile"] != "base"  # the HGX root gets an inference profile
+    config_file = site.root / "etc/mcpnode/mcpnode.toml"
+    before = config_file.read_text()
+    try:
+        run = _ok(
+            ansible.play("site.yml", site.root, "--tags", "mcpnode_config", mcpnode_profile="")
+        )
+        assert f"mcpnode profile {recommended['profile']} (recommended for this host:" in run.text
+        assert parse_config(config_file.read_text()).profile == recommended["profile"]
+    finally:
+        config_file.write_text(before)  # the later tests expect run 1's configuration
+
+
 def test_validate_rejects_a_bad_config(site: Site, ansible: Ansible) -> None:
     """Run 4: `mcpnode config check` refuses the rendered file; the one in place stays."""
     path = site.root / "etc/mcpnode/mcpnode.toml"
