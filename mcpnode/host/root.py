@@ -175,8 +175,17 @@ class HostRoot:
             if hit is not None:
                 return hit
         resolved = "/"
+        start = 0
+        if cache is not None:
+            # Resume from the deepest directory already resolved in this pass: a per-CPU read
+            # (cpuN/power/energy_perf_bias) finds cpuN there and walks one component, not ten.
+            for k in range(len(parts) - 1, 0, -1):
+                hit = cache.get("/" + "/".join(parts[:k]))
+                if hit is not None:
+                    resolved, start = hit, k
+                    break
         last = len(parts) - 1
-        for i, comp in enumerate(parts):
+        for i, comp in enumerate(parts[start:], start):
             if comp == "..":
                 resolved = resolved.rsplit("/", 1)[0] or "/"
                 continue

@@ -16,7 +16,28 @@ from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 
-__all__ = ["Absent", "Reading", "Unreadable", "file_reading", "optional", "read_value", "tokens"]
+__all__ = [
+    "Absent",
+    "Reading",
+    "Unreadable",
+    "as_reading",
+    "file_reading",
+    "optional",
+    "read_value",
+    "tokens",
+]
+
+
+def as_reading(host: Host, path: str, found: str | HostError | None) -> Reading:
+    """What reading `path` gave (its text, the error, or None when absent: read_optional's and
+    Host.read_directory's answers) as a Reading."""
+    if found is None:
+        return absent(host, path)
+    if isinstance(found, AccessDenied):
+        return Unreadable(f"cannot read {path}: {found.detail}", denied=True)
+    if isinstance(found, HostError):
+        return Unreadable(f"cannot read {path}: {found.detail}", denied=False)
+    return found.rstrip("\n")
 
 
 def absent(host: Host, path: str) -> Absent:
@@ -31,12 +52,10 @@ def read_value(host: Host, path: str) -> Reading:
     """One file as a Reading; sysctl paths must also resolve strictly under /proc/sys."""
     try:
         text = host.read_optional(path)
-    except AccessDenied as err:
-        return Unreadable(f"cannot read {path}: {err.detail}", denied=True)
     except HostError as err:
-        return Unreadable(f"cannot read {path}: {err.detail}", denied=False)
+        return as_reading(host, path, err)
     if text is None:
-        return absent(host, path)
+        return as_reading(host, path, None)
     if path.startswith(paths.SYSCTL_ROOT + "/") and not host.is_live:
         # A fake root may hold symlinks; a key must not read (or later write) anything that
         # is not a sysctl. /proc/sys itself has no symlinks, so the live root skips this.

@@ -29,6 +29,7 @@ Also here: what the subsystems share to do so, the profile field checks (`err`,
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +45,16 @@ from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.read import Absent, Reading, Unreadable
-from mcpnode.tuning.values import Choice, Exact, Prefer, compare, describe, resolve, target
+from mcpnode.tuning.values import (
+    Choice,
+    Desired,
+    Exact,
+    Prefer,
+    compare,
+    describe,
+    resolve,
+    target,
+)
 
 MAX_VALUE_BYTES = 4096
 TOKEN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z", re.ASCII)  # bbr, cubic, performance
@@ -334,29 +344,19 @@ def value_item(
     a preference list resolved against what the kernel offers. `problem(want, available,
     cmdline)`: why a value that differs is not to be written (THP set on the command line);
     `requirement`: what writing it needs (the subsystem's `requirement(key)`)."""
-    rule = describe(setting.desired)
     reading = state.readings.get(path)
-    found = unusable(key, path, rule, reading, setting.source)
-    if found is not None:
+    if not isinstance(reading, str):
+        found = unusable(key, path, describe(setting.desired), reading, setting.source)
+        assert found is not None
         return found
-    assert isinstance(reading, str)
     desired = setting.desired
     available = state.available.get(path)
-    if isinstance(desired, Prefer):
-        loadable = any(can_load(m, state) for m in desired.load)
-        choice: Choice = resolve(desired, available, can_load=loadable)
-        if choice.value is None:
-            return PlanItem(
-                key, path, rule, reading, None, "unsupported", choice.reason, setting.source
-            )
-        verdict = compare(reading, Exact(choice.value))
-        write = choice.value
-        reason = f"{verdict.reason} ({choice.reason})"
-    else:
-        verdict = compare(reading, desired)
-        write = target(reading, desired)
-        reason = verdict.reason
-    if verdict.ok:
+    loadable = isinstance(desired, Prefer) and any(can_load(m, state) for m in desired.load)
+    decide = _decide if len(reading) <= _DECIDE_CACHED_BYTES else _decide.__wrapped__
+    rule, write, ok, reason = decide(reading, desired, available, loadable)
+    if write is None:
+        return PlanItem(key, path, rule, reading, None, "unsupported", reason, setting.source)
+    if ok:
         return PlanItem(key, path, rule, reading, write, "ok", reason, setting.source)
     skip = problem(write, available, state.cmdline) if problem is not None else None
     if skip is not None:
@@ -366,3 +366,27 @@ def value_item(
     if lacking is not None:
         return PlanItem(key, path, rule, reading, write, "needs-privilege", lacking, setting.source)
     return PlanItem(key, path, rule, reading, write, "set", reason, setting.source)
+
+
+# Readings longer than this are decided uncached, so the cache holds at most 512 short values
+# however large the files of a recorded root are (a sysfs value is a word or a few numbers).
+_DECIDE_CACHED_BYTES = 256
+
+
+@functools.lru_cache(maxsize=512)
+def _decide(
+    reading: str, desired: Desired, available: frozenset[str] | None, loadable: bool
+) -> tuple[str, str | None, bool, str]:
+    """(rule, value to write, satisfied, reason) of one reading against one desired value;
+    the value is None when a preference has nothing acceptable here. Pure, so cached: a
+    per-CPU key asks the same question of every CPU (192 identical answers on an 8-GPU host),
+    and the answer depends on nothing but these arguments (all immutable)."""
+    rule = describe(desired)
+    if isinstance(desired, Prefer):
+        choice: Choice = resolve(desired, available, can_load=loadable)
+        if choice.value is None:
+            return rule, None, False, choice.reason
+        verdict = compare(reading, Exact(choice.value))
+        return rule, choice.value, verdict.ok, f"{verdict.reason} ({choice.reason})"
+    verdict = compare(reading, desired)
+    return rule, target(reading, desired), verdict.ok, verdict.reason

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 from mcpnode.codec import cpus
 from mcpnode.codec.bounded import BoundError
+from mcpnode.errors import PathNotFound
 from mcpnode.host import Host
 from mcpnode.tuning import paths
 from mcpnode.tuning.facts import KeyFacts
@@ -164,7 +165,12 @@ def read_policies(host: Host, draft: StateDraft) -> None:
     if draft.policies is not None or "cpus.listed" in draft.found:
         return
     draft.found["cpus.listed"] = True
-    names = host.listdir_optional(paths.CPUFREQ_DIR)
+    # scandir, not listdir: inside the read pass (Host.oneshot) the policy directories it lists
+    # are then known resolved, so each policy's files are opened without a walk of their path.
+    try:
+        names: list[str] | None = [e.name for e in host.scandir(paths.CPUFREQ_DIR)]
+    except PathNotFound:
+        names = None
     policies = tuple(sorted((n for n in names or () if paths.is_policy(n)), key=_policy_no))
     draft.policies = policies if names else None
 

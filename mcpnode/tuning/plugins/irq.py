@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from mcpnode.codec import cpus
 from mcpnode.errors import AccessDenied, HostError
-from mcpnode.host import Host
+from mcpnode.host import Host, read_limit
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
@@ -50,7 +50,7 @@ from mcpnode.tuning.plugins.base import (
     same_cpus,
     unusable,
 )
-from mcpnode.tuning.read import Reading, Unreadable, read_value
+from mcpnode.tuning.read import Reading, Unreadable, as_reading, read_value
 from mcpnode.tuning.values import Exact
 
 BANNED_VAR = "IRQBALANCE_BANNED_CPULIST"
@@ -90,17 +90,44 @@ def read_irqs(host: Host) -> tuple[IrqReading, ...] | None:
     raw = read_value(host, paths.PROC_INTERRUPTS)
     if not isinstance(raw, str):
         return None
+    # Listed once, /proc/irq says which interrupts have a directory, and (Host.scandir) leaves
+    # each one known resolved for the rest of the read pass.
+    try:
+        listed: frozenset[str] | None = frozenset(e.name for e in host.scandir(paths.PROC_IRQ))
+    except HostError:
+        listed = None  # each interrupt's files then answer for themselves
     out = []
     for irq, name in parse_interrupts(raw):
-        affinity = read_value(host, paths.irq_affinity_path(irq))
+        if listed is not None and str(irq) not in listed:
+            continue  # no directory, so no affinity file: a per-CPU or chained interrupt
+        affinity, node_text = _irq_files(host, irq)
         if not isinstance(affinity, (str, Unreadable)):
             continue  # listed but no affinity file: a per-CPU or chained interrupt
-        node_text = read_value(host, paths.irq_node_path(irq))
         node: int | None = None
         if isinstance(node_text, str) and node_text.strip().isdigit():
             node = int(node_text.strip())
         out.append(IrqReading(irq, node, affinity, name))
     return tuple(out)
+
+
+_IRQ_FILES = frozenset({"smp_affinity_list", "node"})
+
+
+def _irq_files(host: Host, irq: int) -> tuple[Reading, Reading]:
+    """An interrupt's affinity and node, read with one listing of its directory (two files of
+    a directory: Host.read_directory opens them by name, without a path walk or stat each)."""
+    affinity, node = paths.irq_affinity_path(irq), paths.irq_node_path(irq)
+    try:
+        found, _, _ = host.read_directory(
+            f"{paths.PROC_IRQ}/{int(irq)}", _IRQ_FILES, limit=read_limit(affinity)
+        )
+    except HostError:
+        # The directory cannot be listed: each file says why on its own (absent, denied...).
+        return read_value(host, affinity), read_value(host, node)
+    return (
+        as_reading(host, affinity, found.get("smp_affinity_list")),
+        as_reading(host, node, found.get("node")),
+    )
 
 
 def affinity_ok(current: str, allowed: frozenset[int]) -> bool | None:
@@ -266,11 +293,17 @@ def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
     assert isinstance(irqs, tuple)
     src = setting.source
     out = []
+    # Interrupts share a handful of nodes and affinities: each is turned into a set, or a
+    # cpulist, once per plan rather than once per interrupt (hundreds on a GPU host).
+    targets: dict[int | None, tuple[frozenset[int], str]] = {}
+    inside: dict[tuple[str, int | None], bool | None] = {}
     for reading in irqs:
         assert isinstance(reading, IrqReading)
         k, path = f"irq:{reading.irq}", paths.irq_affinity_path(reading.irq)
-        allowed = part.housekeeping_of(reading.node)
-        want = cpus.format_list(allowed)
+        if reading.node not in targets:
+            local = part.housekeeping_of(reading.node)
+            targets[reading.node] = local, cpus.format_list(local)
+        allowed, want = targets[reading.node]
         where = f"node {reading.node}" if reading.node is not None else "no node"
         rule = f"within {want} (housekeeping, {where}; {reading.name})"
         found = unusable(k, path, rule, reading.affinity, src)
@@ -285,7 +318,9 @@ def _irq_items(setting: Setting, state: HostState) -> list[PlanItem]:
             )
             out.append(PlanItem(k, path, rule, current, None, "skipped", why, src))
             continue
-        if affinity_ok(current, allowed):
+        if (current, reading.node) not in inside:
+            inside[current, reading.node] = affinity_ok(current, allowed)
+        if inside[current, reading.node]:
             out.append(PlanItem(k, path, rule, current, want, "ok", f"already {current}", src))
             continue
         lacking = privilege.missing(k, state.privileges)
