@@ -396,6 +396,9 @@ def rollback(host: Host, store: JournalStore, log: Any | None = None) -> Rollbac
         # with neither file nothing was applied here (no journal, no temp file to clean), and a
         # rollback that finds nothing to do leaves nothing behind either. Anything at the
         # journal's path, even without a lock, is loaded under the lock and judged as ever.
+        # A dead writer's temporaries are still swept: removing them needs no lock (only files
+        # whose writer is gone are touched, and nothing reads them) and creates nothing.
+        _remove_stale_temps(host, store, log)
         return RollbackResult(store.shown, None, ())
     with lock.hold(store.wait_s):
         _remove_stale_temps(host, store, log)
