@@ -14,6 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+    from typing import Any
 
     from mcpnode.cli.placing import PlacementRequest
     from mcpnode.host import Host
@@ -35,6 +36,14 @@ def write_output(output: Output, write: Callable[[str], object]) -> None:
     write("\n")
 
 
+def _rendered(
+    fmt: str, as_json: Callable[..., str], as_text: Callable[..., str], *args: Any
+) -> str:
+    """`as_json(*args)` with the newline a JSON document is printed with, or `as_text(*args)`
+    (which ends its own lines), by `--format`."""
+    return as_json(*args) + "\n" if fmt == "json" else as_text(*args)
+
+
 # -- discovery views ----------------------------------------------------------------------------
 
 
@@ -54,9 +63,7 @@ def topo_command(
             from mcpnode.cli import render_p2p
 
             facts = read_p2p(host, topology)
-            if fmt == "json":
-                return render_p2p.as_json(topology, facts) + "\n"
-            return render_p2p.as_text(topology, facts)
+            return _rendered(fmt, render_p2p.as_json, render_p2p.as_text, topology, facts)
     from mcpnode.cli import render_topo
 
     if fmt == "json":
@@ -74,9 +81,7 @@ def gpus_command(root: str, *, fmt: str = "text") -> str:
 
     with Host(root) as host:
         topology = discover_host(host)
-    if fmt == "json":
-        return render_gpus.as_json(topology) + "\n"
-    return render_gpus.as_text(topology)
+    return _rendered(fmt, render_gpus.as_json, render_gpus.as_text, topology)
 
 
 def manifest_show_command(
@@ -235,9 +240,7 @@ def recommend_command(root: str, *, fmt: str = "text") -> str:
         smt=any(len(c.siblings) > 1 for c in online) if online else None,
     )
     result = recommend(facts)
-    if fmt == "json":
-        return render_tuning.recommend_json(result) + "\n"
-    return render_tuning.recommend_text(result)
+    return _rendered(fmt, render_tuning.recommend_json, render_tuning.recommend_text, result)
 
 
 # -- the agent --------------------------------------------------------------------------------
