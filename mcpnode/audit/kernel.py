@@ -21,7 +21,7 @@ from mcpnode.audit.facts import (
 )
 from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import Host, HostReader
+from mcpnode.host import HostReader
 from mcpnode.topology.distance import classify
 from mcpnode.topology.model import PciAddress
 from mcpnode.tuning.values import Exact, Prefer
@@ -75,8 +75,7 @@ def loaded_modules(text: str) -> frozenset[str]:
     )
 
 
-# The whole Host, not HostReader: tuning/'s load_profile is typed against it.
-def _profile_cc(host: Host, ctx: AuditContext) -> tuple[tuple[str, ...] | None, str | None]:
+def _profile_cc(host: HostReader, ctx: AuditContext) -> tuple[tuple[str, ...] | None, str | None]:
     from mcpnode.tuning.profile import load_profile
 
     if ctx.profile is None:
@@ -132,7 +131,7 @@ def _switch_pairs(host: HostReader, ctx: AuditContext) -> tuple[SwitchPair, ...]
     return tuple(out)
 
 
-def collect(host: Host, ctx: AuditContext) -> KernelFacts:  # Host: for _profile_cc
+def collect(host: HostReader, ctx: AuditContext) -> KernelFacts:
     cc = read_file(host, paths.TCP_AVAILABLE_CC)
     profile_cc, profile_error = _profile_cc(host, ctx)
     bbr_files: tuple[str, ...] | None = None

@@ -51,8 +51,9 @@ from mcpnode.tuning.active import active_profile
 class Area:
     prefix: str  # every finding id of the area starts with `prefix.`
     title: str  # heading in the text report
-    # All I/O, through the Host the runner is handed; each collector takes the narrowest role
-    # it needs (HostReader, or the whole Host where it calls code typed against it).
+    # All I/O, through the Host the runner is handed. Every area of AREAS takes its reading
+    # role (HostReader: tests/host/test_host_roles.py checks each), so mypy refuses a write
+    # from them; the probe's area (`audit --probe`, probe/area.py) measures, so takes the Host.
     collect: Callable[[Host, AuditContext], Any]
     check: Callable[[Any, AuditContext], list[Finding]]  # pure
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.model import Evidence, Finding, Status
 from mcpnode.errors import HostError, ManifestError, McpnodeError
-from mcpnode.host import Host, HostReader
+from mcpnode.host import HostReader
 from mcpnode.published import MANIFEST_PATH, read_manifest
 from mcpnode.state.active import ActiveProfile
 from mcpnode.state.agentstate import AGENT_STATE_PATH, AgentState, read_agent_state
-from mcpnode.tuning.journal import JournalStore
+from mcpnode.tuning.journal import managed_irqs
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.persist import Assignment, find_overrides, persisted_values
 from mcpnode.tuning.verify import VerifyReport, verify
@@ -36,9 +36,7 @@ class TuningFacts:
     active: ActiveProfile | None = None  # None when the caller named the profile (--profile)
 
 
-# The whole Host, not HostReader: tuning/'s load_profile, verify, find_overrides,
-# read_agent_state and JournalStore (which also saves the journal) are typed against it.
-def collect(host: Host, ctx: AuditContext) -> TuningFacts:
+def collect(host: HostReader, ctx: AuditContext) -> TuningFacts:
     from mcpnode.tuning.profile import load_profile
 
     agent = read_agent_state(host)
@@ -52,7 +50,7 @@ def collect(host: Host, ctx: AuditContext) -> TuningFacts:
     except McpnodeError as err:
         return TuningFacts(ctx.profile, None, (), f"{type(err).__name__}: {err}", agent, active)
     partition = ctx.partition if ctx.partition is not None else _published_partition(host)
-    report = verify(host, profile, partition, JournalStore(host).managed_irqs())
+    report = verify(host, profile, partition, managed_irqs(host))
     overrides = find_overrides(host, persisted_values(report.plan))
     return TuningFacts(ctx.profile, report, overrides, None, agent, active)
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mcpnode.errors import HostError, ProcessGone
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 
 AGENT_STATE_PATH = "/run/mcpnode/agent.json"
 SCHEMA = "mcpnode.agent-state/v1"
@@ -92,7 +92,7 @@ def parse_agent_state(text: str) -> AgentState | None:
         return None
 
 
-def read_agent_state(host: Host) -> AgentState | None:
+def read_agent_state(host: HostReader) -> AgentState | None:
     """The state a running agent published; None when there is none, it is unreadable, or
     (on the live root) its pid is gone: a SIGKILLed agent cannot remove its file, and its
     profile and contested keys must not outlive it. A recorded root is taken as recorded."""

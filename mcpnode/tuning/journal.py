@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from mcpnode.errors import HostError, PathNotFound
-from mcpnode.host import FileStat, Host
+from mcpnode.host import FileStat, Host, HostReader
 from mcpnode.state.lock import DEFAULT_WAIT_S, LOCK_NAME, StateLock
 from mcpnode.state.places import JOURNAL_PATH
 from mcpnode.tuning import paths, plugins
@@ -360,29 +360,12 @@ class JournalStore:
         return self.host.fs_path(self.path)
 
     def load(self) -> Journal | None:
-        """The journal, or None when there is none. Raises JournalError when one exists but
-        cannot be read or trusted (EACCES, EIO, a symlink, not root's alone, larger than any
-        journal mcpnode writes, not JSON, a wrong schema, a foreign path)."""
-        try:
-            data = self.host.read_trusted(self.path, MAX_JOURNAL_BYTES)
-        except PathNotFound:
-            return None
-        except HostError as err:
-            raise JournalError(self.shown, f"cannot be used: {err.detail}") from err
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise JournalError(self.shown, f"not UTF-8 (byte {err.start})") from err
-        return from_json(text, self.shown)
+        """load_journal() of this store's place."""
+        return load_journal(self.host, self.path)
 
     def managed_irqs(self) -> frozenset[int]:
-        """The interrupts an earlier apply found kernel-managed (for verify, which does not
-        otherwise read the journal); empty when there is no usable journal."""
-        try:
-            journal = self.load()
-        except JournalError:
-            return frozenset()
-        return frozenset(journal.managed_irqs) if journal is not None else frozenset()
+        """managed_irqs() of this store's place."""
+        return managed_irqs(self.host, self.path)
 
     def identity(self) -> FileStat | None:
         """The journal file's identity (inode, size, mtime), None when absent: cheap enough for
@@ -401,3 +384,32 @@ class JournalStore:
     def remove(self) -> None:
         self.lock.require("removing the tuning journal")
         self.host.remove(self.path)
+
+
+def load_journal(host: HostReader, path: str = JOURNAL_PATH) -> Journal | None:
+    """The journal at `path`, or None when there is none: a reader's own, so the audit reads it
+    through the reading role. Raises JournalError when one exists but cannot be read or
+    trusted (EACCES, EIO, a symlink, not root's alone, larger than any journal mcpnode writes,
+    not JSON, a wrong schema, a foreign path)."""
+    shown = host.fs_path(path)
+    try:
+        data = host.read_trusted(path, MAX_JOURNAL_BYTES)
+    except PathNotFound:
+        return None
+    except HostError as err:
+        raise JournalError(shown, f"cannot be used: {err.detail}") from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise JournalError(shown, f"not UTF-8 (byte {err.start})") from err
+    return from_json(text, shown)
+
+
+def managed_irqs(host: HostReader, path: str = JOURNAL_PATH) -> frozenset[int]:
+    """The interrupts an earlier apply found kernel-managed (for verify, which does not
+    otherwise read the journal); empty when there is no usable journal."""
+    try:
+        journal = load_journal(host, path)
+    except JournalError:
+        return frozenset()
+    return frozenset(journal.managed_irqs) if journal is not None else frozenset()

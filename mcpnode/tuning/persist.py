@@ -28,7 +28,7 @@ import fnmatch
 from dataclasses import dataclass
 
 from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.plan import Plan
 from mcpnode.tuning.profile import Profile
@@ -131,7 +131,7 @@ def _matches(written: str, key: str) -> bool:
     return dotted == key
 
 
-def find_overrides(host: Host, values: dict[str, str]) -> tuple[Assignment, ...]:
+def find_overrides(host: HostReader, values: dict[str, str]) -> tuple[Assignment, ...]:
     """Every assignment, in boot order, of a key in `values` (key -> value mcpnode persists)
     in the other sysctl.d files and /etc/sysctl.conf. Unreadable files are skipped."""
     listing = {d: host.listdir_optional(d) or [] for d in SYSCTL_DIRS}

@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 from mcpnode.codec import toml_bounded
 from mcpnode.errors import HostError, RootError
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.tuning import paths, plugins
 from mcpnode.tuning.errors import ProfileError, ProfileNotFound
 from mcpnode.tuning.model import Setting
@@ -286,14 +286,14 @@ class _Source:
     name: str
     origin: Origin
     file: str  # shown to people
-    host: Host
+    host: HostReader
     logical: str
 
 
 class _Catalog:
     """The profiles visible from one Host: system ones, then local ones that win."""
 
-    def __init__(self, host: Host, system_dir: Path | None) -> None:
+    def __init__(self, host: HostReader, system_dir: Path | None) -> None:
         self.sources: dict[str, _Source] = {}
         self.shadowed: dict[str, str] = {}
         self.searched: list[str] = []
@@ -312,7 +312,9 @@ class _Catalog:
             logical_dir = paths.PROFILE_DIR_LOCAL
             self._add(host, logical_dir, name, "local", host.fs_path(f"{logical_dir}/{name}"))
 
-    def _add(self, host: Host, directory: str, entry: str, origin: Origin, shown: str) -> None:
+    def _add(
+        self, host: HostReader, directory: str, entry: str, origin: Origin, shown: str
+    ) -> None:
         stem = entry.removesuffix(".toml")
         if stem == entry or not PROFILE_NAME.match(stem):
             return  # not a profile file (README, backup~, a name we could not include)
@@ -373,7 +375,7 @@ def _merge(
     yield doc
 
 
-def load_profile(name: str, host: Host, system_dir: Path | None = None) -> Profile:
+def load_profile(name: str, host: HostReader, system_dir: Path | None = None) -> Profile:
     """Load profile `name` with its includes resolved (depth-first, later wins).
 
     Raises ProfileError for a missing profile or include, a cycle, or any invalid file: before
@@ -406,7 +408,7 @@ def _load(name: str, catalog: _Catalog, parsed: dict[str, ProfileDoc]) -> Profil
     )
 
 
-def list_profiles(host: Host, system_dir: Path | None = None) -> tuple[ProfileInfo, ...]:
+def list_profiles(host: HostReader, system_dir: Path | None = None) -> tuple[ProfileInfo, ...]:
     """Every profile visible from `host`, sorted by name; a broken one is listed with its error
     rather than hiding the others. Each file is read and parsed once for the whole listing."""
     catalog = _Catalog(host, system_dir)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-def as_reading(host: Host, path: str, found: str | HostError | None) -> Reading:
+def as_reading(host: HostReader, path: str, found: str | HostError | None) -> Reading:
     """What reading `path` gave (its text, the error, or None when absent: read_optional's and
     Host.read_directory's answers) as a Reading."""
     if found is None:
@@ -40,7 +40,7 @@ def as_reading(host: Host, path: str, found: str | HostError | None) -> Reading:
     return found.rstrip("\n")
 
 
-def absent(host: Host, path: str) -> Absent:
+def absent(host: HostReader, path: str) -> Absent:
     """The key's file is not there: on the live machine the kernel lacks it; under a recorded
     root (`--root X`) it is the root that lacks it, which says nothing of any kernel."""
     if host.is_live:
@@ -48,7 +48,7 @@ def absent(host: Host, path: str) -> Absent:
     return Absent(f"no {path} in the root {host.source}")
 
 
-def read_value(host: Host, path: str) -> Reading:
+def read_value(host: HostReader, path: str) -> Reading:
     """One file as a Reading; sysctl paths must also resolve strictly under /proc/sys."""
     try:
         text = host.read_optional(path)
@@ -70,7 +70,7 @@ def read_value(host: Host, path: str) -> Reading:
     return text.rstrip("\n")
 
 
-def file_reading(host: Host, path: str, limit: int = 1 << 16) -> Reading:
+def file_reading(host: HostReader, path: str, limit: int = 1 << 16) -> Reading:
     """A whole configuration file as a Reading: its text exactly (no newline stripped), "" when
     it does not exist (the drop-in is not there yet), Unreadable when it cannot be read."""
     try:
@@ -82,7 +82,7 @@ def file_reading(host: Host, path: str, limit: int = 1 << 16) -> Reading:
     return "" if text is None else text
 
 
-def optional(host: Host, path: str) -> str | None:
+def optional(host: HostReader, path: str) -> str | None:
     """The file's value, or None when it is absent or cannot be read."""
     value = read_value(host, path)
     return value if isinstance(value, str) else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths, plugins
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.model import HostState
@@ -41,7 +41,7 @@ def parse_modules(text: str) -> frozenset[str]:
     return frozenset(line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip())
 
 
-def refuse_directory_keys(host: Host, profile: Profile) -> None:
+def refuse_directory_keys(host: HostReader, profile: Profile) -> None:
     """Raise ProfileError for the first sysctl key that names a directory under /proc/sys
     (`net.core`): it passes the name rules, but there is nothing to write, and it is a typo for
     one of the files in it. apply refuses it in one line rather than planning it as "skipped"
@@ -58,7 +58,7 @@ def refuse_directory_keys(host: Host, profile: Profile) -> None:
 
 
 def read_state(
-    host: Host,
+    host: HostReader,
     profile: Profile,
     extra_paths: Iterable[str] = (),
     *,
@@ -99,7 +99,7 @@ def read_state(
     )
 
 
-def _restore_reading(host: Host, path: str) -> Reading:
+def _restore_reading(host: HostReader, path: str) -> Reading:
     """A journaled path the profile no longer sets, read as its subsystem reads it for a
     restore (a whole file, grubby's arguments), else as one value."""
     for subsystem in plugins.SUBSYSTEMS:

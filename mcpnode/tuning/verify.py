@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import plugins
 from mcpnode.tuning.model import PlanItem
 from mcpnode.tuning.partition import CpuPartition
@@ -101,7 +101,7 @@ def _skipped_is_drift(key: str) -> bool:
 
 
 def verify(
-    host: Host,
+    host: HostReader,
     profile: Profile,
     partition: CpuPartition | None = None,
     managed: frozenset[int] = frozenset(),

@@ -16,6 +16,11 @@ from mcpnode.audit import context, facts, run
 from mcpnode.audit.run import AREAS
 from mcpnode.host import Host, HostProcess, HostReader, HostWriter
 from mcpnode.topology import discover, nvml, sysfs
+from mcpnode.tuning.journal import load_journal
+from mcpnode.tuning.plugins import SUBSYSTEMS
+from mcpnode.tuning.profile import load_profile
+from mcpnode.tuning.state import read_state
+from mcpnode.tuning.verify import verify
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,11 +51,6 @@ def _host_annotation(fn: Callable[..., Any]) -> Any:
     return inspect.signature(fn).parameters["host"].annotation
 
 
-# The collectors that call tuning/ code typed against the whole Host (load_profile, verify,
-# JournalStore, active_profile): audit/tuning.py, audit/kernel.py and the context's profile.
-WHOLE_HOST = {"mcpnode.audit.tuning", "mcpnode.audit.kernel"}
-
-
 def test_discovery_and_the_audit_take_the_reading_role() -> None:
     for fn in (
         discover.discover,
@@ -63,11 +63,17 @@ def test_discovery_and_the_audit_take_the_reading_role() -> None:
         facts.read_file,
         facts.list_dir,
         run.require_machine,
+        # tuning's read side, which the audit's tuning and kernel areas call
+        load_profile,
+        read_state,
+        verify,
+        load_journal,
     ):
         assert _host_annotation(fn) == "HostReader", fn.__qualname__
     for area in AREAS:
-        want = "Host" if area.collect.__module__ in WHOLE_HOST else "HostReader"
-        assert _host_annotation(area.collect) == want, area.collect.__module__
+        assert _host_annotation(area.collect) == "HostReader", area.collect.__module__
+    for subsystem in SUBSYSTEMS:
+        assert _host_annotation(subsystem.read) == "HostReader", subsystem.name
 
 
 _SNIPPET = """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths, plugins, privilege
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, value_item
@@ -104,7 +104,7 @@ def test_a_subsystem_that_declares_nothing_gets_the_defaults() -> None:
         def parse(self, section: SectionInput) -> list[Setting]:
             return []
 
-        def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+        def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
             return None
 
         def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:

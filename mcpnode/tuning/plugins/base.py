@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mcpnode.codec import cpus
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.errors import ProfileError
 from mcpnode.tuning.facts import KeyFacts
@@ -129,7 +129,7 @@ class Subsystem(ABC):
         """The settings of this section's `options`. Raises ProfileError."""
 
     @abstractmethod
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         """Read what planning `setting` needs into `draft`, through Host only."""
 
     @abstractmethod
@@ -172,7 +172,7 @@ class Subsystem(ABC):
         """(module, why) to load before this setting can be satisfied."""
         return []
 
-    def read_restore(self, host: Host, path: str) -> Reading | None:
+    def read_restore(self, host: HostReader, path: str) -> Reading | None:
         """A journaled path of ours read for its restore, or None: read as one value."""
         return None
 

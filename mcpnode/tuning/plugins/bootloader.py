@@ -43,7 +43,7 @@ from typing import Literal
 
 from mcpnode.codec.cpus import format_list
 from mcpnode.errors import CommandFailed, HostError
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.tuning import paths, privilege, sensitive_cmdline
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
@@ -160,11 +160,11 @@ class Boot:
     why: str
 
 
-def _found(host: Host, *argv: str) -> bool:
+def _found(host: HostReader, *argv: str) -> bool:
     return host.command(tuple(argv)).found
 
 
-def grubby_args(host: Host) -> str | None:
+def grubby_args(host: HostReader) -> str | None:
     """`args="..."` of `grubby --info=DEFAULT`, None when it does not answer."""
     res = host.command(("grubby", "--info=DEFAULT"))
     if not res.found or res.returncode != 0:
@@ -185,7 +185,7 @@ def dropin_args(text: str) -> list[str]:
     return m.group(1).split() if m else []
 
 
-def grub_regen(host: Host) -> tuple[str, ...] | None:
+def grub_regen(host: HostReader) -> tuple[str, ...] | None:
     if _found(host, "update-grub", "--version"):
         return ("update-grub",)
     if _found(host, "grub2-mkconfig", "--version"):
@@ -195,7 +195,7 @@ def grub_regen(host: Host) -> tuple[str, ...] | None:
     return None
 
 
-def detect(host: Host) -> Boot:
+def detect(host: HostReader) -> Boot:
     """How the machine behind `host` configures its kernel command line (module docstring)."""
     stub = paths.BOOT_PATHS["bootloader:kernelstub"]
     if host.exists(stub):
@@ -352,14 +352,14 @@ class Bootloader(Subsystem):
         note = section.comment("bootloader", "cmdline") or section.comment("bootloader", "isolate")
         return [Setting(paths.BOOTLOADER_KEY, Exact(encode(cmdline, isolate)), file, note)]
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         boot = detect(host)
         draft.found[self.name] = boot
         if boot.content is not None:
             draft.readings[boot.path] = boot.content
         draft.cmdline = optional(host, paths.PROC_CMDLINE)
 
-    def read_restore(self, host: Host, path: str) -> Reading | None:
+    def read_restore(self, host: HostReader, path: str) -> Reading | None:
         if path == paths.BOOT_PATHS[paths.GRUBBY_KEY]:
             args = grubby_args(host)
             return args if args is not None else Absent("grubby does not answer")

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from mcpnode.codec import cpus
 from mcpnode.codec.bounded import BoundError
 from mcpnode.errors import PathNotFound
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
@@ -146,7 +146,7 @@ def parse_scope(section: SectionInput) -> list[Setting]:
     return [Setting(paths.CPUS_KEY, Exact(value), section.file, section.comment("cpu", "cpus"))]
 
 
-def read_cpus(host: Host, draft: StateDraft) -> None:
+def read_cpus(host: HostReader, draft: StateDraft) -> None:
     """The online CPUs, once per read (found[FOUND_ONLINE]: a set, or why it is unknown)."""
     if FOUND_ONLINE in draft.found:
         return
@@ -160,7 +160,7 @@ def read_cpus(host: Host, draft: StateDraft) -> None:
         draft.found[FOUND_ONLINE] = f"{ONLINE}: {error}"
 
 
-def read_policies(host: Host, draft: StateDraft) -> None:
+def read_policies(host: HostReader, draft: StateDraft) -> None:
     """The cpufreq policies (draft.policies), once per read."""
     if draft.policies is not None or "cpus.listed" in draft.found:
         return
@@ -175,7 +175,7 @@ def read_policies(host: Host, draft: StateDraft) -> None:
     draft.policies = policies if names else None
 
 
-def read_related(host: Host, draft: StateDraft) -> None:
+def read_related(host: HostReader, draft: StateDraft) -> None:
     """The CPUs each policy drives (related_cpus), read by the `cpus` scope only when it is
     narrower than all: the per-CPU readers need not know the scope, and "all" costs no read."""
     read_policies(host, draft)
@@ -192,7 +192,7 @@ def read_related(host: Host, draft: StateDraft) -> None:
     draft.found[FOUND_POLICY_CPUS] = related
 
 
-def offered(host: Host, draft: StateDraft, name: str, first: str) -> frozenset[str] | None:
+def offered(host: HostReader, draft: StateDraft, name: str, first: str) -> frozenset[str] | None:
     """What the driver offers for a per-policy file (`scaling_available_governors`...), read
     once from the first policy: one cpufreq driver serves every policy, with one list."""
     key = f"cpus.offered.{name}"
@@ -309,7 +309,7 @@ class CpuPower(Subsystem):
                 setting(key, Exact("1" if value else "0"), option)
         return out
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         key = setting.key
         if key == paths.CPUS_KEY:
             assert isinstance(setting.desired, Exact)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins import cpupower
@@ -71,7 +71,7 @@ class CStates(Subsystem):
     def parse(self, section: SectionInput) -> list[Setting]:
         return microseconds(section, "cpu", "max_latency_us", MAX_LATENCY_KEY)
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         cpupower.read_cpus(host, draft)
         online = draft.found.get(cpupower.FOUND_ONLINE)
         if not isinstance(online, frozenset) or not online:

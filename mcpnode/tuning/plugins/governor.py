@@ -5,7 +5,7 @@ every policy, with one list), one item per policy driving a CPU of `[cpu] cpus`
 
 from __future__ import annotations
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins import cpupower
@@ -42,7 +42,7 @@ class Governor(Subsystem):
         note = section.comment("cpu", "governor")
         return [Setting(paths.GOVERNOR_KEY, Prefer(wanted), section.file, note)]
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         cpupower.read_cpus(host, draft)
         cpupower.read_policies(host, draft)
         policies = draft.policies or ()

@@ -25,7 +25,7 @@ drop-ins to /etc/systemd/system.control/, which win over these.
 from __future__ import annotations
 
 from mcpnode.codec import cpus
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.plugins.base import (
@@ -89,14 +89,14 @@ class Housekeeping(Subsystem):
         text = " ".join(sorted(set(units), key=paths.CONFINABLE.index))
         return [Setting(paths.CONFINE_KEY, Exact(text or "none"), section.file, note)]
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         for dropin in paths.SYSTEMD_DROPINS.values():
             draft.readings[dropin] = file_reading(host, dropin)
         for unit in paths.CONFINABLE:
             control = paths.SET_PROPERTY_DROPIN.format(unit=unit)
             draft.readings[control] = file_reading(host, control)
 
-    def read_restore(self, host: Host, path: str) -> Reading | None:
+    def read_restore(self, host: HostReader, path: str) -> Reading | None:
         return file_reading(host, path) if path in paths.SYSTEMD_DROPINS.values() else None
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:

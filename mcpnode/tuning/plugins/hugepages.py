@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from mcpnode.codec import cpus
 from mcpnode.codec.bounded import BoundError
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
@@ -111,7 +111,7 @@ class Hugepages(Subsystem):
             out.append(Setting(HUGEPAGES_KEY, desired, file, note))
         return out
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         if setting.key == paths.HUGEPAGES_NODES_KEY:
             assert isinstance(setting.desired, Exact)
             draft.found[_SCOPE] = setting.desired.text

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from mcpnode.codec import cpus
 from mcpnode.errors import AccessDenied, HostError
-from mcpnode.host import Host, read_limit
+from mcpnode.host import Host, HostReader, read_limit
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.outcome import Outcome
@@ -84,7 +84,7 @@ def parse_interrupts(text: str) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(out.items()))
 
 
-def read_irqs(host: Host) -> tuple[IrqReading, ...] | None:
+def read_irqs(host: HostReader) -> tuple[IrqReading, ...] | None:
     """Every numbered interrupt with an affinity file; None when the root has no
     /proc/interrupts (a dump without it, a kernel without SMP)."""
     raw = read_value(host, paths.PROC_INTERRUPTS)
@@ -113,7 +113,7 @@ def read_irqs(host: Host) -> tuple[IrqReading, ...] | None:
 _IRQ_FILES = frozenset({"smp_affinity_list", "node"})
 
 
-def _irq_files(host: Host, irq: int) -> tuple[Reading, Reading]:
+def _irq_files(host: HostReader, irq: int) -> tuple[Reading, Reading]:
     """An interrupt's affinity and node, read with one listing of its directory (two files of
     a directory: Host.read_directory opens them by name, without a path walk or stat each)."""
     affinity, node = paths.irq_affinity_path(irq), paths.irq_node_path(irq)
@@ -143,7 +143,7 @@ def affinity_ok(current: str, allowed: frozenset[int]) -> bool | None:
 # -- irqbalance's environment file -----------------------------------------------------------
 
 
-def irqbalance_file(host: Host) -> tuple[str, str, Reading] | None:
+def irqbalance_file(host: HostReader) -> tuple[str, str, Reading] | None:
     """(key, path, content) of the irqbalance environment file this distribution uses: the
     first of IRQBALANCE_FILES that exists; None when neither does (irqbalance not installed)."""
     for key, path in paths.IRQBALANCE_FILES.items():
@@ -245,7 +245,7 @@ class Irq(Subsystem):
             *one_of(section, "irq", "irqbalance", IRQBALANCE_MODES, paths.IRQBALANCE_KEY),
         ]
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         if setting.key == paths.IRQ_POLICY_KEY:
             irqs = read_irqs(host)
             draft.found[paths.IRQ_POLICY_KEY] = irqs

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from mcpnode.errors import CommandFailed
-from mcpnode.host import Host
+from mcpnode.host import Host, HostReader
 from mcpnode.tuning import privilege
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
@@ -156,7 +156,7 @@ class NicQueues(Subsystem):
             out.append(Setting(CHANNELS_KEY, Exact(value), file, note))
         return out
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         if setting.key == DEVICES_KEY:
             assert isinstance(setting.desired, Exact)
             draft.found[_FOUND] = setting.desired.text
@@ -167,7 +167,7 @@ class NicQueues(Subsystem):
             draft.readings[item_path(what, dev)] = reading
             draft.found[f"nic.max.{what}.{dev}"] = maximums
 
-    def _devices(self, host: Host, draft: StateDraft) -> tuple[str, ...]:
+    def _devices(self, host: HostReader, draft: StateDraft) -> tuple[str, ...]:
         """The interfaces named, "rdma" resolved once to the netdevs of every RDMA device."""
         names = draft.found.get(_FOUND)
         if isinstance(names, tuple):
@@ -184,7 +184,7 @@ class NicQueues(Subsystem):
         draft.found[_FOUND] = found
         return found
 
-    def _ethtool(self, host: Host, what: str, dev: str) -> tuple[Reading, dict[str, str]]:
+    def _ethtool(self, host: HostReader, what: str, dev: str) -> tuple[Reading, dict[str, str]]:
         """The current fields ethtool sets for `what` (`rx 1024 tx 1024`), and the maximums."""
         show, _, fields = _OPS[what]
         result = host.command(("ethtool", show, dev))
@@ -242,7 +242,7 @@ class NicQueues(Subsystem):
             items.append(value_item(key, item_path(what, dev), want, state, requirement=req))
         return items
 
-    def read_restore(self, host: Host, path: str) -> Reading | None:
+    def read_restore(self, host: HostReader, path: str) -> Reading | None:
         m = re.fullmatch(r"ethtool (-g|-l) (" + _NAME + ")", path)
         if m is None:
             return None

@@ -5,7 +5,7 @@ never writes it and verify counts it as drift while it is not held."""
 from __future__ import annotations
 
 from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, microseconds
@@ -22,7 +22,7 @@ class PmQos(Subsystem):
     def parse(self, section: SectionInput) -> list[Setting]:
         return microseconds(section, "cpu", "force_latency", paths.FORCE_LATENCY_KEY)
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         try:
             draft.found[self.name] = host.read_cpu_latency()
         except HostError as error:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from mcpnode.errors import HostError
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, err, value_item
@@ -120,7 +120,7 @@ class Readahead(Subsystem):
             Setting(READAHEAD_KEY, desired, file, note),
         ]
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         if setting.key == DEVICES_KEY:
             assert isinstance(setting.desired, Exact)
             draft.found[_FOUND + ".names"] = tuple(setting.desired.text.split())
@@ -140,7 +140,7 @@ class Readahead(Subsystem):
             draft.readings[queue_path(dev)] = read_value(host, queue_path(dev))
 
     def _disk_of(
-        self, host: Host, point: str, mounts: dict[str, tuple[str, str]]
+        self, host: HostReader, point: str, mounts: dict[str, tuple[str, str]]
     ) -> str | tuple[str, str]:
         """The /sys/block name holding `point`'s filesystem, or ("unsupported", why)."""
         found = mounts.get(point.rstrip("/") or "/")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcpnode.codec import cpus
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths, privilege
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
 from mcpnode.tuning.partition import CpuPartition
@@ -39,7 +39,7 @@ class RpsReading:
     mask: Reading
 
 
-def read_rps(host: Host) -> tuple[RpsReading, ...] | None:
+def read_rps(host: HostReader) -> tuple[RpsReading, ...] | None:
     """Every rx queue of every interface backed by a device (`/sys/class/net/DEV/device`:
     virtual ones, lo, veth, bridges, have none and are left alone). None without
     /sys/class/net."""
@@ -81,7 +81,7 @@ class Rps(Subsystem):
     def parse(self, section: SectionInput) -> list[Setting]:
         return one_of(section, "irq", "rps", IRQ_POLICIES, paths.IRQ_RPS_KEY)
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         rps = read_rps(host)
         draft.found[self.name] = rps
         for q in rps or ():

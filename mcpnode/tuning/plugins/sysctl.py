@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import keytypes, paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins.base import (
@@ -57,7 +57,7 @@ class Sysctl(Subsystem):
             out.append(Setting(key, _sysctl_value(file, key, value), file, note))
         return out
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         path = paths.sysctl_path(setting.key)
         draft.readings[path] = read_value(host, path)
         if isinstance(setting.desired, Prefer):

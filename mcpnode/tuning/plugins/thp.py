@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from mcpnode.host import Host
+from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.facts import KeyFacts
 from mcpnode.tuning.model import Action, HostState, PlanItem, Setting
@@ -68,7 +68,7 @@ class TransparentHugepages(Subsystem):
             out.append(Setting(KHUGEPAGED_KEY, Exact("1" if value else "0"), section.file, note))
         return out
 
-    def read(self, host: Host, setting: Setting, draft: StateDraft) -> None:
+    def read(self, host: HostReader, setting: Setting, draft: StateDraft) -> None:
         path = _PATHS[setting.key]
         draft.readings[path] = current = read_value(host, path)
         if setting.key == paths.THP_KEY:
