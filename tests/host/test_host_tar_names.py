@@ -65,7 +65,7 @@ def _write(path: Path, pax_global: bool) -> Path:
 
 
 def _index(archive: tarball.Archive) -> dict[str, tuple[object, ...]]:
-    out = {}
+    out: dict[str, tuple[object, ...]] = {}
     for key, node in archive.nodes.items():
         st = tarball._stat(node, 0)
         payload = sorted(node[2]) if isinstance(node[2], set) else node[2]
