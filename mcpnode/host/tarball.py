@@ -385,12 +385,8 @@ def load(tarball: str) -> Archive:
     with raw:
         archive = Archive(tarball, os.path.realpath(tarball), os.fstat(raw.fileno()))
         source = decompress.open_source(raw)
-        if not source.compressed:  # nothing to overlap with the parse
-            chunks = source.chunks
-            _read_members(_Stream(lambda: next(chunks, b""), tarball, source.errors), archive)
-        else:
-            with decompress.ReadAhead(source.chunks) as ahead:
-                _read_members(_Stream(ahead.next, tarball, source.errors), archive)
+        chunks = source.chunks
+        _read_members(_Stream(lambda: next(chunks, b""), tarball, source.errors), archive)
     return archive
 
 
