@@ -1,12 +1,17 @@
 """A tarball's bytes, decompressed: gzip, bzip2, xz or none, found by magic number (as tarfile's
 "r:*" finds them), as a generator of bounded chunks the tar parser pulls one at a time.
 
-The first chunk is small (FIRST), so parsing starts early; the others are at most CHUNK, so
-memory stays bounded whatever the compression ratio. Decompression runs on the parsing thread:
-a thread decompressing ahead (tried, measured with bench/bench_tarball.py) overlaps the two only
+Chunks are at most CHUNK bytes, so memory stays bounded whatever the compression ratio, and
+small: a tarball root's peak RSS is mostly the chunk in hand, the decompressor's buffers and
+the copy made when a member spans two chunks, and freshly mapped pages cost page faults. The
+32em64t dump's `topo --root` (alternated runs, peak RSS): 4 MiB chunks 179 ms / 34 MiB for
+.tar.bz2 and 168 ms / 31 MiB for .tar.gz; 256 KiB chunks 177 ms / 22 MiB and 152 ms / 18 MiB;
+128 KiB no better.
+
+Decompression runs on the parsing thread. A thread decompressing ahead overlapped the two only
 on an idle machine; on a busy one it paid GIL hand-overs and waits instead (the 32em64t dump's
-`topo --root X.tar.bz2`: 427 ms with the thread, 383 ms without, alternated, load 4 on 2 cores),
-and it cost CPU time everywhere.
+`topo --root X.tar.bz2`: 427 ms with the thread, 383 ms without, alternated, load 4 on 2
+cores), and it cost CPU time everywhere.
 
 Each format is read by the standard library's own rules (gzip.GzipFile, bz2.BZ2File,
 lzma.LZMAFile): gzip members may follow one another with NUL padding between them and anything
@@ -21,8 +26,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple, Protocol
 
-FIRST = 256 << 10  # decompressed bytes in the first chunk
-CHUNK = 4 << 20  # ... and at most in each one after it
+CHUNK = 256 << 10  # decompressed bytes in a chunk, at most
 _INPUT = 1 << 20  # compressed bytes read at a time
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -42,7 +46,6 @@ class _Decompressor(Protocol):
 def _gzip(raw: BinaryIO) -> Iterator[bytes]:
     """gzip members (RFC 1952), each checked against its CRC-32 and length by zlib."""
     data = raw.read(_INPUT)
-    size = FIRST
     while data:
         inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
         while not inflate.eof:
@@ -52,11 +55,10 @@ def _gzip(raw: BinaryIO) -> Iterator[bytes]:
                     raise EOFError(
                         "Compressed file ended before the end-of-stream marker was reached"
                     )
-            out = inflate.decompress(data, size)
+            out = inflate.decompress(data, CHUNK)
             data = inflate.unconsumed_tail
             if out:
                 yield out
-                size = CHUNK
         # After a member: NUL padding, then another member or the end (gzip._GzipReader).
         data = inflate.unused_data.lstrip(b"\0")
         while not data:
@@ -73,7 +75,6 @@ def _streams(
 ) -> Iterator[bytes]:
     """bzip2 or xz streams one after another, as _compression.DecompressReader reads them."""
     decomp = new()
-    size = FIRST
     while True:
         if decomp.eof:
             data = decomp.unused_data or raw.read(_INPUT)
@@ -81,7 +82,7 @@ def _streams(
                 return
             decomp = new()
             try:
-                out = decomp.decompress(data, size)
+                out = decomp.decompress(data, CHUNK)
             except trailing:
                 return  # trailing data that is not a stream is ignored, as BZ2File does
         else:
@@ -93,10 +94,9 @@ def _streams(
                     )
             else:
                 data = b""
-            out = decomp.decompress(data, size)
+            out = decomp.decompress(data, CHUNK)
         if out:
             yield out
-            size = CHUNK
 
 
 def _plain(raw: BinaryIO) -> Iterator[bytes]:
