@@ -98,13 +98,16 @@ _PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
 _Attrs = bytes | tuple[int, int, int, float]
 _Payload = bytes | str | set[str] | None
 _Node = tuple[int, _Attrs, _Payload]
-# The number fields as GNU tar and tarfile write them (zero-padded octal, then NUL; the
-# checksum: six digits, NUL, space), from byte 100 of a header to 156.
 _S_IFREG, _S_IFDIR, _S_IFLNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
 # Names shorter than this (in characters) are within MAX_NAME_BYTES (4 bytes at most each) and
 # MAX_DEPTH (128 components need 255 characters at least) without counting either.
 _PLAIN_NAME_CHARS = min(MAX_NAME_BYTES // 4, 2 * MAX_DEPTH - 1)
-_PLAIN_NUMBERS = re.compile(rb"[0-7]{7}\0[0-7]{7}\0[0-7]{7}\0[0-7]{11}\0[0-7]{11}\0[0-7]{6}\0 ")
+# The number fields as GNU tar and tarfile write them (zero-padded octal, then NUL; the
+# checksum: six digits, NUL, space), from byte 100 of a header to 156: bytes 100-155 with every
+# octal digit translated to '0' equal _PLAIN_LAYOUT exactly when they are laid out so (one C
+# translate and compare; a regular expression of the same costs ten times the instructions).
+_OCTAL_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x37 else b for b in range(256))
+_PLAIN_LAYOUT = b"0000000\0" * 3 + b"00000000000\0" * 2 + b"000000\0 "
 
 
 def is_tarball(path: str) -> bool:
@@ -401,7 +404,6 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
     nodes = archive.nodes
     base = archive.base
     nodes_get = nodes.get
-    plain_numbers = _PLAIN_NUMBERS.match
     adler32 = zlib.adler32
     pax_global: dict[str, str] = {}
     # What the extended headers before a member say of it: GNU long name/link, pax records.
@@ -430,7 +432,7 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
             archive.members = members
             return
         try:
-            plain = plain_numbers(head, 100) is not None
+            plain = head[100:156].translate(_OCTAL_AS_ZERO) == _PLAIN_LAYOUT
             if plain:
                 size = int(head[124:135], 8)
                 # The checksum (_checksum_ok, inlined): the unsigned byte sum with the field
@@ -662,7 +664,7 @@ def _stat(node: _Node, dev: int) -> os.stat_result:
     """What lstat(2) would say of the entry unpacked: its size (a symlink's: its target's
     length), the member's mode, owner and mtime, the node's identity as the inode number."""
     fmt, attrs, payload = node
-    if isinstance(attrs, bytes):  # digits checked when indexed (_PLAIN_NUMBERS)
+    if isinstance(attrs, bytes):  # digits checked when indexed (_PLAIN_LAYOUT)
         perm, uid, gid = int(attrs[0:7], 8) & 0o7777, int(attrs[8:15], 8), int(attrs[16:23], 8)
         mtime: float = int(attrs[36:47], 8)
     else:
