@@ -19,7 +19,7 @@ and beside them:
                  the audit), HostWriter, HostProcess
     backend.py   the file operations resolution and reads go through: the OS's, or a tarball's
     tarball.py   a tarball root read in place: its in-memory index and the backend over it
-    decompress.py  gzip/bzip2/xz, decompressed ahead on a thread (tarball.py, imported only
+    decompress.py  gzip/bzip2/xz, decompressed in bounded chunks (tarball.py, imported only
                  for a tarball root, like it)
     trust.py     who controls a file: root (or this euid) alone, sticky directories excepted
     translate.py OSError -> mcpnode's typed errors, in one place

@@ -1,14 +1,17 @@
 """A tarball's bytes, decompressed: gzip, bzip2, xz or none, found by magic number (as tarfile's
-"r:*" finds them), read ahead on a thread of its own.
+"r:*" finds them), as a generator of bounded chunks the tar parser pulls one at a time.
 
-zlib, bz2 and lzma release the GIL while they decompress, so while tarball.py parses one chunk
-of the stream on this thread, the next is being decompressed on another core: for a `.tar.bz2`
-sysfs dump bzip2 alone costs more than the whole parse, and the two then overlap instead of
-adding up. The first chunk is small (FIRST), so parsing starts early; the others are large
-(CHUNK), because the decompressing thread waits for the GIL after each decompressor call while
-the parser holds it (up to sys.getswitchinterval(), 5 ms): with 1 MiB chunks those waits cost
-more than the overlap saved. At most AHEAD chunks wait, so memory stays bounded whatever the
-compression ratio; the thread ends with the stream, on an error, or when the reader closes.
+Chunks are at most CHUNK bytes, so memory stays bounded whatever the compression ratio, and
+small: a tarball root's peak RSS is mostly the chunk in hand, the decompressor's buffers and
+the copy made when a member spans two chunks, and freshly mapped pages cost page faults. The
+32em64t dump's `topo --root` (alternated runs, peak RSS): 4 MiB chunks 179 ms / 34 MiB for
+.tar.bz2 and 168 ms / 31 MiB for .tar.gz; 256 KiB chunks 177 ms / 22 MiB and 152 ms / 18 MiB;
+128 KiB no better.
+
+Decompression runs on the parsing thread. A thread decompressing ahead overlapped the two only
+on an idle machine; on a busy one it paid GIL hand-overs and waits instead (the 32em64t dump's
+`topo --root X.tar.bz2`: 427 ms with the thread, 383 ms without, alternated, load 4 on 2
+cores), and it cost CPU time everywhere.
 
 Each format is read by the standard library's own rules (gzip.GzipFile, bz2.BZ2File,
 lzma.LZMAFile): gzip members may follow one another with NUL padding between them and anything
@@ -19,15 +22,11 @@ decompressor's error. Imported only for tarball roots.
 
 from __future__ import annotations
 
-import collections
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple, Protocol
 
-FIRST = 256 << 10  # decompressed bytes in the first chunk
-CHUNK = 4 << 20  # ... and at most in each one after it
-AHEAD = 2  # chunks decompressed ahead of the reader, at most
+CHUNK = 256 << 10  # decompressed bytes in a chunk, at most
 _INPUT = 1 << 20  # compressed bytes read at a time
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -47,7 +46,6 @@ class _Decompressor(Protocol):
 def _gzip(raw: BinaryIO) -> Iterator[bytes]:
     """gzip members (RFC 1952), each checked against its CRC-32 and length by zlib."""
     data = raw.read(_INPUT)
-    size = FIRST
     while data:
         inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
         while not inflate.eof:
@@ -57,11 +55,10 @@ def _gzip(raw: BinaryIO) -> Iterator[bytes]:
                     raise EOFError(
                         "Compressed file ended before the end-of-stream marker was reached"
                     )
-            out = inflate.decompress(data, size)
+            out = inflate.decompress(data, CHUNK)
             data = inflate.unconsumed_tail
             if out:
                 yield out
-                size = CHUNK
         # After a member: NUL padding, then another member or the end (gzip._GzipReader).
         data = inflate.unused_data.lstrip(b"\0")
         while not data:
@@ -78,7 +75,6 @@ def _streams(
 ) -> Iterator[bytes]:
     """bzip2 or xz streams one after another, as _compression.DecompressReader reads them."""
     decomp = new()
-    size = FIRST
     while True:
         if decomp.eof:
             data = decomp.unused_data or raw.read(_INPUT)
@@ -86,7 +82,7 @@ def _streams(
                 return
             decomp = new()
             try:
-                out = decomp.decompress(data, size)
+                out = decomp.decompress(data, CHUNK)
             except trailing:
                 return  # trailing data that is not a stream is ignored, as BZ2File does
         else:
@@ -98,10 +94,9 @@ def _streams(
                     )
             else:
                 data = b""
-            out = decomp.decompress(data, size)
+            out = decomp.decompress(data, CHUNK)
         if out:
             yield out
-            size = CHUNK
 
 
 def _plain(raw: BinaryIO) -> Iterator[bytes]:
@@ -110,12 +105,11 @@ def _plain(raw: BinaryIO) -> Iterator[bytes]:
 
 
 class Source(NamedTuple):
-    """The decompressed content of a file as chunks of at most CHUNK bytes; the exceptions its
-    decompressor raises for damaged data; whether there is a decompressor at all."""
+    """The decompressed content of a file as chunks of at most CHUNK bytes, and the exceptions
+    its decompressor raises for damaged data."""
 
     chunks: Iterator[bytes]
     errors: tuple[type[Exception], ...]
-    compressed: bool
 
 
 def open_source(raw: BinaryIO) -> Source:
@@ -124,74 +118,14 @@ def open_source(raw: BinaryIO) -> Source:
     raw.seek(0)
     errors: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
     if magic.startswith(_GZIP_MAGIC):
-        return Source(_gzip(raw), errors, True)
+        return Source(_gzip(raw), errors)
     if magic.startswith(b"BZh"):
         import bz2
 
-        return Source(_streams(raw, bz2.BZ2Decompressor, OSError), errors, True)
+        return Source(_streams(raw, bz2.BZ2Decompressor, OSError), errors)
     if magic == b"\xfd7zXZ\x00":
         import lzma
 
         lz_errors = (*errors, lzma.LZMAError)
-        return Source(_streams(raw, lzma.LZMADecompressor, lzma.LZMAError), lz_errors, True)
-    return Source(_plain(raw), errors, False)
-
-
-class ReadAhead:
-    """Chunks of `source` produced on a thread of its own, at most AHEAD ahead of `next()`.
-
-    `next()` returns b"" at the end and re-raises whatever the source raised; `close()` stops
-    the thread (it finishes the chunk in hand) and waits for it. Use as a context manager."""
-
-    def __init__(self, source: Iterator[bytes]) -> None:
-        self._source = source
-        self._ready: collections.deque[bytes] = collections.deque()
-        self._cond = threading.Condition()
-        self._error: BaseException | None = None
-        self._done = False
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="mcpnode-decompress", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for chunk in self._source:
-                with self._cond:
-                    while len(self._ready) >= AHEAD and not self._stop:
-                        self._cond.wait()
-                    if self._stop:
-                        return
-                    self._ready.append(chunk)
-                    self._cond.notify()
-        except BaseException as err:  # handed to the reader, raised there
-            with self._cond:
-                self._error = err
-        finally:
-            with self._cond:
-                self._done = True
-                self._cond.notify()
-
-    def next(self) -> bytes:
-        with self._cond:
-            while not self._ready and not self._done:
-                self._cond.wait()
-            if self._ready:
-                chunk = self._ready.popleft()
-                self._cond.notify()
-                return chunk
-            if self._error is not None:
-                raise self._error
-            return b""
-
-    def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._ready.clear()
-            self._cond.notify()
-        self._thread.join()
-
-    def __enter__(self) -> ReadAhead:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return Source(_streams(raw, lzma.LZMADecompressor, lzma.LZMAError), lz_errors)
+    return Source(_plain(raw), errors)

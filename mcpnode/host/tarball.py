@@ -98,9 +98,16 @@ _PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
 _Attrs = bytes | tuple[int, int, int, float]
 _Payload = bytes | str | set[str] | None
 _Node = tuple[int, _Attrs, _Payload]
+_S_IFREG, _S_IFDIR, _S_IFLNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
+# Names shorter than this (in characters) are within MAX_NAME_BYTES (4 bytes at most each) and
+# MAX_DEPTH (128 components need 255 characters at least) without counting either.
+_PLAIN_NAME_CHARS = min(MAX_NAME_BYTES // 4, 2 * MAX_DEPTH - 1)
 # The number fields as GNU tar and tarfile write them (zero-padded octal, then NUL; the
-# checksum: six digits, NUL, space), from byte 100 of a header to 156.
-_PLAIN_NUMBERS = re.compile(rb"[0-7]{7}\0[0-7]{7}\0[0-7]{7}\0[0-7]{11}\0[0-7]{11}\0[0-7]{6}\0 ")
+# checksum: six digits, NUL, space), from byte 100 of a header to 156: bytes 100-155 with every
+# octal digit translated to '0' equal _PLAIN_LAYOUT exactly when they are laid out so (one C
+# translate and compare; a regular expression of the same costs ten times the instructions).
+_OCTAL_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x37 else b for b in range(256))
+_PLAIN_LAYOUT = b"0000000\0" * 3 + b"00000000000\0" * 2 + b"000000\0 "
 
 
 def is_tarball(path: str) -> bool:
@@ -127,21 +134,6 @@ def _relative(name: str) -> str | None:
     top itself (`.`, empty)."""
     parts = [p for p in name.split("/") if p and p != "."]
     return "/".join(parts) if parts else None
-
-
-def _plain(name: str) -> bool:
-    """True for what nearly every member name is: relative, already normal, no `..`, within the
-    caps; then _member_ok and _relative have nothing to say. (A few legitimate names fail it,
-    `.hidden` or `a..b`: they take the slow path, which says the same of them.)"""
-    return bool(name) and not (
-        name[0] in "/."
-        or name[-1] in "/."
-        or "/." in name
-        or ".." in name
-        or "//" in name
-        or len(name) * 4 > MAX_NAME_BYTES  # 4: the most bytes one character encodes to
-        or name.count("/") >= MAX_DEPTH
-    )
 
 
 class _BadHeader(Exception):
@@ -396,12 +388,8 @@ def load(tarball: str) -> Archive:
     with raw:
         archive = Archive(tarball, os.path.realpath(tarball), os.fstat(raw.fileno()))
         source = decompress.open_source(raw)
-        if not source.compressed:  # nothing to overlap with the parse
-            chunks = source.chunks
-            _read_members(_Stream(lambda: next(chunks, b""), tarball, source.errors), archive)
-        else:
-            with decompress.ReadAhead(source.chunks) as ahead:
-                _read_members(_Stream(ahead.next, tarball, source.errors), archive)
+        chunks = source.chunks
+        _read_members(_Stream(lambda: next(chunks, b""), tarball, source.errors), archive)
     return archive
 
 
@@ -415,7 +403,7 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
     tarball = archive.path
     nodes = archive.nodes
     base = archive.base
-    plain_numbers = _PLAIN_NUMBERS.match
+    nodes_get = nodes.get
     adler32 = zlib.adler32
     pax_global: dict[str, str] = {}
     # What the extended headers before a member say of it: GNU long name/link, pax records.
@@ -444,14 +432,18 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
             archive.members = members
             return
         try:
-            plain = plain_numbers(head, 100) is not None
+            plain = head[100:156].translate(_OCTAL_AS_ZERO) == _PLAIN_LAYOUT
             if plain:
                 size = int(head[124:135], 8)
                 # The checksum (_checksum_ok, inlined): the unsigned byte sum with the field
-                # counted as spaces, each 256-byte half summed by adler32 (see there).
-                ok = int(head[148:154], 8) == (
-                    (adler32(head[:256]) & 0xFFFF) + (adler32(head[256:]) & 0xFFFF) - 2
-                ) - sum(head[148:156]) + 256 or _checksum_ok(head)
+                # counted as spaces. An ASCII header sums to at most 512 * 127 = 65024 < 65521,
+                # so adler32's low word over the whole block is that sum plus one, with no
+                # modulo taken, and signed and unsigned sums are equal: one C call. Any other
+                # header (UTF-8 names), or a mismatch, is summed by _checksum_ok's rules.
+                ok = (
+                    head.isascii()
+                    and int(head[148:154], 8) == (adler32(head) & 0xFFFF) + 255 - sum(head[148:156])
+                ) or _checksum_ok(head)
             else:
                 ok = _checksum_ok(head)
                 size = _num(head[124:136])
@@ -501,12 +493,25 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
                 name = ""
             if kind == _DIR and name.endswith("/"):
                 name = name[:-1]  # how tar(1) names a directory
-            if _plain(name):
-                key = base + "/" + name
-                parent_key, _, leaf = key.rpartition("/")
-                parent = nodes.get(parent_key)
-                names = parent[2] if parent is not None else None
-                if isinstance(names, set) and key not in nodes:
+            key = base + "/" + name
+            parent_key, _, leaf = key.rpartition("/")
+            parent = nodes_get(parent_key)
+            # Only the leaf needs testing here: keys are normal paths already checked, so a
+            # parent found as a key means the name's directory part is relative, normal, free
+            # of `..` components and within the caps (a name like `/x`, `a//b`, `./a` or
+            # `a/../b` finds no parent key and takes _member's path, which refuses or
+            # normalises it); `.`, `..` and `.hidden` leaves take that path too, as does a name
+            # long enough to be near MAX_NAME_BYTES or MAX_DEPTH. Both paths index a name they
+            # both take identically.
+            if (
+                parent is not None
+                and leaf
+                and leaf[0] != "."
+                and len(name) < _PLAIN_NAME_CHARS
+                and key not in nodes
+            ):
+                names = parent[2]
+                if isinstance(names, set):
                     # A new entry in a directory already indexed: the common case, in full.
                     if kind in _REG_TYPES:
                         padded = size + (-size % _BLOCK)
@@ -514,18 +519,18 @@ def _read_members(stream: _Stream, archive: Archive) -> None:
                             archive.kept += size
                             if archive.kept > MAX_TOTAL_BYTES:
                                 raise _over_total(tarball)
-                            nodes[key] = (stat.S_IFREG, head[100:148], buf[pos : pos + size])
+                            nodes[key] = (_S_IFREG, head[100:148], buf[pos : pos + size])
                             names.add(leaf)
                             stream.pos = pos + padded
                             long_name = None
                             continue
                     elif kind == _DIR:
-                        nodes[key] = (stat.S_IFDIR, head[100:148], set())
+                        nodes[key] = (_S_IFDIR, head[100:148], set())
                         names.add(leaf)
                         long_name = None
                         continue
                     elif kind == _SYMLINK:
-                        nodes[key] = (stat.S_IFLNK, head[100:148], _text(head[157:257]))
+                        nodes[key] = (_S_IFLNK, head[100:148], _text(head[157:257]))
                         names.add(leaf)
                         long_name = None
                         continue
@@ -659,7 +664,7 @@ def _stat(node: _Node, dev: int) -> os.stat_result:
     """What lstat(2) would say of the entry unpacked: its size (a symlink's: its target's
     length), the member's mode, owner and mtime, the node's identity as the inode number."""
     fmt, attrs, payload = node
-    if isinstance(attrs, bytes):  # digits checked when indexed (_PLAIN_NUMBERS)
+    if isinstance(attrs, bytes):  # digits checked when indexed (_PLAIN_LAYOUT)
         perm, uid, gid = int(attrs[0:7], 8) & 0o7777, int(attrs[8:15], 8), int(attrs[16:23], 8)
         mtime: float = int(attrs[36:47], 8)
     else:
