@@ -26,7 +26,7 @@ import contextlib
 import errno as errno_mod
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from mcpnode.errors import (
     HostError,
@@ -59,6 +59,11 @@ SYSFS_READ_LIMIT = 64 << 10
 PROCFS_READ_LIMIT = 64 << 20
 FILE_READ_LIMIT = 16 << 20
 _ABSENT_ERRNOS = frozenset({errno_mod.ENOENT, errno_mod.ENODEV, errno_mod.EINVAL})
+
+
+class _Uncommon(Exception):
+    """A file read_files() leaves to the per-file primitive (a symlink, a special file, one of
+    more than one read)."""
 
 
 def read_limit(logical: str) -> int:
@@ -492,6 +497,59 @@ class HostReads(HostRoot):
             self._read_one_into(contents, base + name, name, limit)
         dirs.sort()
         return contents, dirs, links
+
+    def read_files(
+        self, logicals: Iterable[str], *, limit: int = SYSFS_READ_LIMIT
+    ) -> dict[str, str | HostError]:
+        """Read each of `logicals` as read_optional() would, at most `limit` bytes each; the
+        answers by path: the text, or the HostError reading it raised (one bad file never
+        costs the others). A path absent the way read_optional() means it is left out.
+
+        For the many small attributes a tuning pass reads (every CPU's cpufreq policy, EPB and
+        idle-state files: over 800 on a 192-CPU host) the per-file protocol is the same as
+        read_bytes()' (the entry lstat()ed before it is opened O_NOFOLLOW under a recorded
+        root, so a device node or FIFO is never opened; fstat()ed after, and refused unless it
+        is the regular file that was lstat()ed), without its layers of calls per file. Anything
+        off the common path (a symlink, an error, a file of more than one read) is handed to
+        the per-file primitive, whose checks and errors are then exactly its own."""
+        out: dict[str, str | HostError] = {}
+        if self._recording is not None or self._io is not OS:
+            # Recording keeps each read's bytes; a tarball's index has no system calls to save.
+            for logical in logicals:
+                self._read_one_into(out, logical, logical, limit)
+            return out
+        native = self._native
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        if not native:
+            flags |= os.O_NOFOLLOW
+        want = min(_FIRST_READ, limit + 1)
+        real_fs, lstat, fstat, is_reg = self._real_fs, os.lstat, os.fstat, stat.S_ISREG
+        open_, read, close = os.open, os.read, os.close
+        for logical in logicals:
+            try:
+                fs = real_fs(logical)
+                if native:
+                    fd = open_(fs, flags)
+                    same = True
+                else:
+                    before = lstat(fs)
+                    if not is_reg(before.st_mode):
+                        raise _Uncommon
+                    fd = open_(fs, flags)
+                try:
+                    after = fstat(fd)
+                    if not native:
+                        same = (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev)
+                    data = read(fd, want) if same and is_reg(after.st_mode) else b""
+                finally:
+                    close(fd)
+                if len(data) == want or not same or not is_reg(after.st_mode):
+                    raise _Uncommon
+            except (_Uncommon, OSError, HostError):
+                self._read_one_into(out, logical, logical, limit)
+                continue
+            out[logical] = data.decode("utf-8", "replace")
+        return out
 
     def _read_directory_each(
         self, directory: str, names: frozenset[str], targets: frozenset[str], limit: int
