@@ -11,6 +11,8 @@ empty string or a zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mcpnode.codec.reading import Absent, Reading, Unreadable
 from mcpnode.errors import AccessDenied, HostError, PathNotFound
 from mcpnode.host import HostReader
@@ -68,6 +70,21 @@ def read_value(host: HostReader, path: str) -> Reading:
         if not paths.is_sysctl_path(real):
             return Unreadable(f"{path} resolves to {real}, outside /proc/sys", denied=False)
     return text.rstrip("\n")
+
+
+def read_values(host: HostReader, wanted: Iterable[str]) -> dict[str, Reading]:
+    """Many one-file values as Readings, each as read_value() reads it, through one batch read
+    (Host.read_files): a per-CPU key reads the same attribute of every CPU or policy. A sysctl
+    path goes through read_value() itself, for its check that it resolves under /proc/sys."""
+    sysctl = paths.SYSCTL_ROOT + "/"
+    wanted = list(wanted)
+    found = host.read_files([p for p in wanted if not p.startswith(sysctl)])
+    return {
+        path: read_value(host, path)
+        if path.startswith(sysctl)
+        else as_reading(host, path, found.get(path))
+        for path in wanted
+    }
 
 
 def file_reading(host: HostReader, path: str, limit: int = 1 << 16) -> Reading:

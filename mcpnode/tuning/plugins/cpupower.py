@@ -24,12 +24,13 @@ restored like a sysctl. Which CPUs a policy drives comes from its related_cpus.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 
 from mcpnode.codec import cpus
 from mcpnode.codec.bounded import BoundError
-from mcpnode.errors import PathNotFound
+from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
 from mcpnode.tuning import paths
 from mcpnode.tuning.facts import KeyFacts
@@ -43,7 +44,7 @@ from mcpnode.tuning.plugins.base import (
     token_list,
     value_item,
 )
-from mcpnode.tuning.read import Absent, optional, read_value, tokens
+from mcpnode.tuning.read import Absent, optional, read_value, read_values, tokens
 from mcpnode.tuning.values import Exact, Prefer, describe
 
 CPU_DIR = "/sys/devices/system/cpu"
@@ -158,6 +159,13 @@ def read_cpus(host: HostReader, draft: StateDraft) -> None:
         draft.found[FOUND_ONLINE] = cpus.parse_list(text, limit=MAX_CPUS, groups=False)
     except BoundError as error:
         draft.found[FOUND_ONLINE] = f"{ONLINE}: {error}"
+        return
+    if not host.is_live:
+        # Under a recorded root every cpuN directory is resolved (lstat) before its files are
+        # opened; one listing inside the read pass (Host.oneshot) leaves them all known
+        # resolved. The live root lets the kernel resolve paths, so it skips the listing.
+        with contextlib.suppress(HostError):
+            host.scandir(CPU_DIR)
 
 
 def read_policies(host: HostReader, draft: StateDraft) -> None:
@@ -323,23 +331,22 @@ class CpuPower(Subsystem):
         read_cpus(host, draft)
         if key == EPB_KEY:
             online = draft.found.get(FOUND_ONLINE)
-            for cpu in sorted(online) if isinstance(online, frozenset) else ():
-                draft.readings[epb_path(cpu)] = read_value(host, epb_path(cpu))
+            chosen = sorted(online) if isinstance(online, frozenset) else ()
+            draft.readings.update(read_values(host, (epb_path(cpu) for cpu in chosen)))
             return
         if key == BOOST_KEY:
             draft.readings[GLOBAL_BOOST] = read_value(host, GLOBAL_BOOST)
         read_policies(host, draft)
         name = "energy_performance_preference" if key == EPP_KEY else "boost"
         policies = draft.policies or ()
-        for policy in policies:
-            path = policy_path(policy, name)
-            draft.readings[path] = read_value(host, path)
-            if key == EPP_KEY:
-                prefs = "energy_performance_available_preferences"
-                draft.available[path] = offered(host, draft, prefs, policies[0])
-                gov = policy_path(policy, "scaling_governor")
-                if gov not in draft.readings:
-                    draft.readings[gov] = read_value(host, gov)
+        wanted = [policy_path(policy, name) for policy in policies]
+        if key == EPP_KEY and policies:
+            # The governor too: intel_pstate refuses EPP changes under "performance" (plan).
+            govs = (policy_path(policy, "scaling_governor") for policy in policies)
+            wanted += [g for g in govs if g not in draft.readings]
+            prefs = offered(host, draft, "energy_performance_available_preferences", policies[0])
+            draft.available.update(dict.fromkeys(wanted[: len(policies)], prefs))
+        draft.readings.update(read_values(host, wanted))
         if draft.policies:
             driver = policy_path(draft.policies[0], "scaling_driver")
             draft.readings[driver] = read_value(host, driver)

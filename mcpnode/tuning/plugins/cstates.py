@@ -26,7 +26,7 @@ from mcpnode.tuning.plugins.base import (
     microseconds,
     value_item,
 )
-from mcpnode.tuning.read import optional, read_value
+from mcpnode.tuning.read import optional, read_values
 from mcpnode.tuning.values import Exact
 
 MAX_LATENCY_KEY = "cpu:max_latency_us"
@@ -97,12 +97,10 @@ class CStates(Subsystem):
         draft.found[_FOUND + ".driver"] = driver or "none"
         assert isinstance(setting.desired, Exact)
         limit = int(setting.desired.text)
-        for cpu in sorted(online):
-            for state, latency in states:
-                if latency > limit:
-                    draft.readings[disable_path(cpu, state)] = read_value(
-                        host, disable_path(cpu, state)
-                    )
+        deep = [state for state, latency in states if latency > limit]
+        draft.readings.update(
+            read_values(host, (disable_path(cpu, s) for cpu in sorted(online) for s in deep))
+        )
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         assert isinstance(setting.desired, Exact)

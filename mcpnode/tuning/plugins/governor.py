@@ -10,7 +10,7 @@ from mcpnode.tuning import paths
 from mcpnode.tuning.model import HostState, PlanItem, Setting
 from mcpnode.tuning.plugins import cpupower
 from mcpnode.tuning.plugins.base import SectionInput, StateDraft, Subsystem, token_list, value_item
-from mcpnode.tuning.read import read_value
+from mcpnode.tuning.read import read_values
 from mcpnode.tuning.values import Prefer, describe
 
 
@@ -46,12 +46,11 @@ class Governor(Subsystem):
         cpupower.read_cpus(host, draft)
         cpupower.read_policies(host, draft)
         policies = draft.policies or ()
-        for policy in policies:
-            gov = paths.governor_path(policy)
-            if gov not in draft.readings:
-                draft.readings[gov] = read_value(host, gov)
-            offered = "scaling_available_governors"
-            draft.available[gov] = cpupower.offered(host, draft, offered, policies[0])
+        govs = [paths.governor_path(policy) for policy in policies]
+        draft.readings.update(read_values(host, (g for g in govs if g not in draft.readings)))
+        if policies:
+            offered = cpupower.offered(host, draft, "scaling_available_governors", policies[0])
+            draft.available.update(dict.fromkeys(govs, offered))
 
     def plan(self, setting: Setting, state: HostState) -> list[PlanItem]:
         if not state.policies:
