@@ -21,10 +21,9 @@ import socket
 from dataclasses import dataclass, field
 from functools import partial
 
-from prometheus_client.exposition import gzip_accepted
-
 from mcpnode.agent.loop import Loop, Timer
 from mcpnode.agent.metrics import AgentMetrics
+from mcpnode.codec.promtext import gzip_accepted
 from mcpnode.errors import McpnodeError
 from mcpnode.logs import EventLog
 

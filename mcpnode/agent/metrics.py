@@ -1,13 +1,16 @@
 """Prometheus metrics for `mcpnode agent`: the registry and the metric families. The HTTP
 endpoint that serves them from the agent's one event loop is `http.py`.
 
-`AgentMetrics` owns a private `CollectorRegistry`: never prometheus_client's global REGISTRY,
-so tests (and a reloaded agent) can hold several without sharing values. The agent calls its
+`AgentMetrics` owns a `Registry` of its own (series.py), never a process-global one, so tests
+(and a reloaded agent) can hold several without sharing values. The agent calls its
 methods as things happen; each method's docstring names the metric it moves. The exposition
-is prometheus_client's own: `choose_encoder` picks the format the scraper's `Accept` asks for
-(OpenMetrics 1.0 for `application/openmetrics-text`, the text format 1.0.0 when asked for it,
-0.0.4 otherwise) and `gzip_accepted` reads `Accept-Encoding`, as the library's own server does
-(`prometheus_client.exposition._bake_output`); nothing is formatted by hand.
+is prometheus_client's, written in-project (codec/promtext.py, byte for byte the same):
+`negotiate` picks the format the scraper's `Accept` asks for (OpenMetrics 1.0 for
+`application/openmetrics-text`, the text format 1.0.0 when asked for it, 0.0.4 otherwise) as
+the library's `choose_encoder` does, and `gzip_accepted` reads `Accept-Encoding`. The counters,
+gauges and histograms are `series.py`'s, which behave as the library's: importing any part of
+prometheus_client imports its HTTP servers, push-gateway client and `ssl`, memory the agent
+would hold for code it never runs.
 
 Names are shared with the node_exporter textfile (placement/exporters/prom.py) wherever the
 concept is the same — `mcpnode_tuning_drift_keys`, `mcpnode_tuning_compliance_known`,
@@ -27,9 +30,6 @@ caller). The kernel log is not bounded by anyone: an XID's address and number ar
 line says, so `gpu`/`switch` are held here to this host's GPUs and NVSwitches (`set_devices`),
 `xid` to NVIDIA's catalogue and `xid`/`sxid` to MAX_ERROR_NUMBERS more; the rest is counted
 under `other`, and each such event in `mcpnode_label_values_dropped_total{metric}`.
-
-prometheus_client is imported here at module level: the agent imports this module lazily,
-so `mcpnode --help` never pays for it.
 """
 
 from __future__ import annotations
@@ -39,21 +39,19 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
-
 from mcpnode import __version__
+from mcpnode.agent.series import Counter, Gauge, Histogram, Registry
 from mcpnode.audit.model import Finding, Status
 from mcpnode.audit.xid import CATALOG
+from mcpnode.codec.promtext import CONTENT_TYPE_TEXT, negotiate
 from mcpnode.placement.ps import CpuVerdict
 from mcpnode.topology.model import Gpu
 
-# What a scrape without an `Accept` the library recognises gets (`choose_encoder`'s default):
-# the text format 0.0.4, which every Prometheus version and scraper reads. prometheus_client
-# >= 0.22 sets CONTENT_TYPE_LATEST to `version=1.0.0` but answers 0.0.4 unless the scraper
-# negotiated 1.0.0; every name here is a legacy name, so both carry the same bytes.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# What a scrape without an `Accept` the negotiation recognises gets: the text format 0.0.4,
+# which every Prometheus version and scraper reads. prometheus_client >= 0.22 sets
+# CONTENT_TYPE_LATEST to `version=1.0.0` but answers 0.0.4 unless the scraper negotiated 1.0.0;
+# every name here is a legacy name, so both carry the same bytes (unless `escaping=dots`).
+CONTENT_TYPE = CONTENT_TYPE_TEXT
 
 EventSource = Literal["udev", "netlink", "signal", "timer", "inject"]
 EVENT_SOURCES: tuple[EventSource, ...] = ("udev", "netlink", "signal", "timer", "inject")
@@ -116,7 +114,7 @@ class AgentMetrics:
     """The agent's metrics, in a registry of their own. Call from the loop thread only."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = Registry()
         reg = self.registry
         self._build_info = Gauge(
             "mcpnode_build_info",
@@ -563,24 +561,7 @@ class AgentMetrics:
         return self.exposition("")[0]
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
-        """The exposition in the format an `Accept` header asks for (`choose_encoder`), and its
+        """The exposition in the format an `Accept` header asks for (`negotiate`), and its
         Content-Type; CONTENT_TYPE (text 0.0.4) for an empty or unrecognised one."""
-        encoder, content_type = choose_encoder(accept)
-        return encoder(_WithoutCreated(self.registry)), content_type
-
-
-class _WithoutCreated:
-    """The registry's families without their `<name>_created` samples. prometheus_client adds
-    one to every counter and histogram (when the series was created); the text format has no
-    place for it, so Prometheus ingests it as one more gauge per series, which nothing here
-    uses (OpenMetrics has a place for it, and makes it optional). The library's own switch,
-    `disable_created_metrics()`, is process-global; this is local to one registry."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-
-    def collect(self) -> Iterable[Metric]:
-        for family in self._registry.collect():  # fresh Metric objects on every collect
-            created = family.name + "_created"
-            family.samples = [s for s in family.samples if s.name != created]
-            yield family
+        encoder, content_type = negotiate(accept)
+        return encoder(self.registry.collect()), content_type

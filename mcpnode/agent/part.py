@@ -20,7 +20,7 @@ from mcpnode.host import Host
 from mcpnode.logs import EventLog
 
 if TYPE_CHECKING:
-    from mcpnode.agent.metrics import AgentMetrics  # prometheus_client: imported by the agent
+    from mcpnode.agent.metrics import AgentMetrics
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class Agent:
         clock: Callable[[], float] = time.monotonic,
         log: EventLog | None = None,
     ) -> None:
-        from mcpnode.agent.metrics import AgentMetrics  # prometheus_client: only for the agent
+        from mcpnode.agent.metrics import AgentMetrics
 
         self.host = host
         self.live = live

@@ -1,7 +1,7 @@
 """The `mcpnode` command. Commands are thin: parse, call one core function, render.
 
-Heavy modules (pynvml, pyroute2, pyudev, prometheus-client) are imported inside the commands
-that need them so `mcpnode --help` stays fast.
+Heavy modules (pynvml, pyudev) are imported inside the commands that need them so
+`mcpnode --help` stays fast.
 """
 
 from __future__ import annotations

@@ -825,7 +825,7 @@ def test_compliance_is_three_valued(metrics: AgentMetrics) -> None:
     assert ("mcpnode_tuning_compliant", (("profile", "base"),)) not in s
 
 
-# -- content negotiation and compression (prometheus_client's choose_encoder, gzip_accepted) ----
+# -- content negotiation and compression (codec/promtext.py's negotiate, gzip_accepted) ---------
 
 # What Prometheus 2.x/3.x sends by default (scrape_protocols: OpenMetrics first).
 PROMETHEUS_ACCEPT = (

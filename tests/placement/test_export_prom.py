@@ -1,16 +1,30 @@
 """The node_exporter textfile: parsed back with prometheus_client's own parser, series per
-recorded host, nothing for unknown facts, and prometheus_client imported only when rendering."""
+recorded host, nothing for unknown facts, written as prometheus_client's `generate_latest`
+writes the same families, and prometheus_client never imported."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpnode.placement.exporters import prom
+from mcpnode.placement.exporters.inputs import AuditSummary
+from tests.support import promref
 from tests.support.exportcase import AUDIT, FIXTURES, placement, topology
+
+REPO = Path(__file__).resolve().parents[2]
+AUDITS = {
+    "audit": AUDIT,
+    "no-audit": None,
+    "compliance-unknown": dataclasses.replace(AUDIT, tuning_compliant=None),
+    "not-compliant": dataclasses.replace(AUDIT, tuning_compliant=False, profile='we"ird\\\np'),
+    "no-profile": dataclasses.replace(AUDIT, tuning_compliant=True, profile=None),
+}
 
 
 def samples(fixture: str, audit: object = AUDIT) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -84,10 +98,25 @@ def test_no_gpu_host_has_no_gpu_series() -> None:
     assert len(got["mcpnode_nic_info"]) == 2
 
 
-def test_importing_the_exporter_does_not_import_prometheus_client() -> None:
+@pytest.mark.parametrize("audit", sorted(AUDITS))
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_written_as_prometheus_client_writes_it(fixture: str, audit: str) -> None:
+    summary: AuditSummary | None = AUDITS[audit]
+    families = prom.families(topology(fixture), placement(fixture), summary)
+    reference = promref.text(promref.Reference(families)).decode()
+    assert prom.render(topology(fixture), placement(fixture), summary) == reference
+
+
+def test_rendering_does_not_import_prometheus_client() -> None:
+    # The agent writes this file: prometheus_client's package would bring its HTTP servers and
+    # ssl into the agent's memory (mcpnode/codec/promtext.py).
     code = (
-        "import sys; import mcpnode.placement.exporters.write, mcpnode.placement.exporters.prom;"
-        "print('prometheus_client' in sys.modules)"
+        "import sys; from mcpnode.placement.exporters import prom;"
+        "from tests.support.exportcase import AUDIT, placement, topology;"
+        "f = 'hgx-h100-8gpu-8nic'; text = prom.render(topology(f), placement(f), AUDIT);"
+        "print('mcpnode_gpu_info' in text, 'prometheus_client' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.split() == ["True", "False"]

@@ -5,10 +5,12 @@ exposition format, without timestamps (prometheus/node_exporter README, "Textfil
 the file must be replaced by a rename so a scrape never reads half of it, which is what
 `Host.write_file_atomic` does (temp file in the same directory, fsync, rename).
 
-The text is produced by prometheus_client's own exposition writer (`generate_latest` over a
-private `CollectorRegistry`), never formatted by hand, so escaping of label values and the
-HELP/TYPE lines follow the client library. prometheus_client is imported inside `render`:
-`mcpnode --help` must not pay for it.
+The text is written by codec/promtext.py, the agent's own exposition, which writes what
+prometheus_client's `generate_latest` writes for the same families, byte for byte (an info
+family as a gauge `<name>_info` with value 1, label values escaped, HELP escaped, labels
+sorted): tests/codec/test_promtext.py compares the two over this file's families on every
+recorded host. prometheus_client itself is not imported: its package imports its HTTP
+servers and `ssl`, which the agent, that writes this file, need not hold.
 
 A fact that is unknown has no series (a missing GPU UUID is an empty label, which Prometheus
 treats as an absent one); nothing is reported as 0 for "don't know".
@@ -16,6 +18,7 @@ treats as an absent one); nothing is reported as 0 for "don't know".
 
 from __future__ import annotations
 
+from mcpnode.codec.promtext import Family, Sample, text
 from mcpnode.placement.exporters.inputs import AuditSummary, gpu_link, gpu_name
 from mcpnode.placement.plan import Placement
 from mcpnode.topology.model import Topology
@@ -24,122 +27,161 @@ DIR = "/var/lib/node_exporter/textfile_collector"
 FILE_NAME = "mcpnode.prom"
 
 
-def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> str:
-    """The textfile's content (UTF-8 text in the Prometheus text format 0.0.4)."""
-    from prometheus_client import CollectorRegistry, Gauge, Info
-    from prometheus_client.exposition import generate_latest
+Series = dict[tuple[str, ...], float]
+Infos = dict[tuple[str, ...], dict[str, str]]
 
-    reg = CollectorRegistry(auto_describe=True)
-    gpu_info = Info(
-        "mcpnode_gpu", "GPU identity and NUMA node, from sysfs and NVML", ["gpu"], registry=reg
-    )
-    width = Gauge(
-        "mcpnode_gpu_pcie_link_width",
-        "PCIe link width of the GPU in lanes (kind=current|max)",
-        ["gpu", "kind"],
-        registry=reg,
-    )
-    gen = Gauge(
-        "mcpnode_gpu_pcie_link_gen",
-        "PCIe generation of the GPU link (kind=current|max); current below max is normal at "
-        "idle (ASPM)",
-        ["gpu", "kind"],
-        registry=reg,
-    )
-    nvlink_up = Gauge(
-        "mcpnode_gpu_nvlink_up", "Active NVLinks of the GPU, as NVML reports", ["gpu"], registry=reg
-    )
-    nic_info = Info(
-        "mcpnode_nic",
-        "Network PCI function with its RDMA devices and netdevs",
-        ["nic"],
-        registry=reg,
-    )
-    slice_cpus = Gauge(
-        "mcpnode_placement_slice_cpus",
-        "CPUs in the GPU's exclusive slice (0: no slice could be given)",
-        ["gpu"],
-        registry=reg,
-    )
-    local_cpus = Gauge(
-        "mcpnode_placement_local_cpus", "NUMA-local CPUs of the GPU", ["gpu"], registry=reg
-    )
-    gpu_nic = Info(
-        "mcpnode_placement_nic",
-        "NIC chosen for the GPU by placement, with its nvidia-smi distance bucket",
-        ["gpu", "nic"],
-        registry=reg,
+
+def _gauge(name: str, doc: str, labelnames: tuple[str, ...], series: Series) -> Family:
+    return Family(
+        name,
+        doc,
+        "gauge",
+        [Sample(name, tuple(zip(labelnames, k, strict=True)), v) for k, v in series.items()],
     )
 
+
+def _info(name: str, doc: str, labelnames: tuple[str, ...], infos: Infos) -> Family:
+    """An info family: per series, its labels and the info's own, value 1."""
+    return Family(
+        name,
+        doc,
+        "info",
+        [
+            Sample(name + "_info", (*zip(labelnames, k, strict=True), *info.items()), 1.0)
+            for k, info in infos.items()
+        ],
+    )
+
+
+def families(topo: Topology, placement: Placement, audit: AuditSummary | None) -> list[Family]:
+    """The textfile's families, in the order they are written. A series set twice keeps its
+    first place (dicts keep insertion order), as a client library's labelled metric does."""
+    gpu_info: Infos = {}
+    width: Series = {}
+    gen: Series = {}
+    nvlink_up: Series = {}
     for g in topo.gpus:
         gid = str(g.index)
-        gpu_info.labels(gpu=gid).info(
-            {
-                "uuid": (g.nvml.uuid if g.nvml is not None else None) or "",
-                "name": gpu_name(g) or "",
-                "bus_id": str(g.address),
-                "numa_node": "" if g.numa_node is None else str(g.numa_node),
-            }
-        )
+        gpu_info[(gid,)] = {
+            "uuid": (g.nvml.uuid if g.nvml is not None else None) or "",
+            "name": gpu_name(g) or "",
+            "bus_id": str(g.address),
+            "numa_node": "" if g.numa_node is None else str(g.numa_node),
+        }
         link = gpu_link(g)
         for kind, w, n in (
             ("current", link.width_current, link.gen_current),
             ("max", link.width_max, link.gen_max),
         ):
             if w is not None:
-                width.labels(gpu=gid, kind=kind).set(w)
+                width[(gid, kind)] = float(w)
             if n is not None:
-                gen.labels(gpu=gid, kind=kind).set(n)
+                gen[(gid, kind)] = float(n)
         if g.nvml is not None and not g.nvml.lost:
-            nvlink_up.labels(gpu=gid).set(g.nvml.active_links)
+            nvlink_up[(gid,)] = float(g.nvml.active_links)
+    nic_info: Infos = {}
     for nic in topo.nics:
-        nic_info.labels(nic=str(nic.address)).info(
-            {
-                "rdma": ",".join(nic.rdma_devices),
-                "netdevs": ",".join(d.name for d in nic.netdevs),
-                "numa_node": "" if nic.numa_node is None else str(nic.numa_node),
-                "driver": nic.driver or "",
-                "virtual_function": "true" if nic.is_virtual_function else "false",
-            }
-        )
+        nic_info[(str(nic.address),)] = {
+            "rdma": ",".join(nic.rdma_devices),
+            "netdevs": ",".join(d.name for d in nic.netdevs),
+            "numa_node": "" if nic.numa_node is None else str(nic.numa_node),
+            "driver": nic.driver or "",
+            "virtual_function": "true" if nic.is_virtual_function else "false",
+        }
+    slice_cpus: Series = {}
+    local_cpus: Series = {}
+    gpu_nic: Infos = {}
     for p in placement.gpus:
         gid = str(p.index)
-        slice_cpus.labels(gpu=gid).set(len(p.slice_cpus))
-        local_cpus.labels(gpu=gid).set(len(p.local_cpus))
+        slice_cpus[(gid,)] = float(len(p.slice_cpus))
+        local_cpus[(gid,)] = float(len(p.local_cpus))
         for choice in p.nics:
-            gpu_nic.labels(gpu=gid, nic=str(choice.address)).info(
-                {"rdma": choice.rdma or "", "bucket": choice.bucket}
-            )
+            gpu_nic[(gid, str(choice.address))] = {
+                "rdma": choice.rdma or "",
+                "bucket": choice.bucket,
+            }
 
-    if audit is not None:
-        findings = Gauge(
+    out = [
+        _info("mcpnode_gpu", "GPU identity and NUMA node, from sysfs and NVML", ("gpu",), gpu_info),
+        _gauge(
+            "mcpnode_gpu_pcie_link_width",
+            "PCIe link width of the GPU in lanes (kind=current|max)",
+            ("gpu", "kind"),
+            width,
+        ),
+        _gauge(
+            "mcpnode_gpu_pcie_link_gen",
+            "PCIe generation of the GPU link (kind=current|max); current below max is normal "
+            "at idle (ASPM)",
+            ("gpu", "kind"),
+            gen,
+        ),
+        _gauge(
+            "mcpnode_gpu_nvlink_up",
+            "Active NVLinks of the GPU, as NVML reports",
+            ("gpu",),
+            nvlink_up,
+        ),
+        _info(
+            "mcpnode_nic",
+            "Network PCI function with its RDMA devices and netdevs",
+            ("nic",),
+            nic_info,
+        ),
+        _gauge(
+            "mcpnode_placement_slice_cpus",
+            "CPUs in the GPU's exclusive slice (0: no slice could be given)",
+            ("gpu",),
+            slice_cpus,
+        ),
+        _gauge("mcpnode_placement_local_cpus", "NUMA-local CPUs of the GPU", ("gpu",), local_cpus),
+        _info(
+            "mcpnode_placement_nic",
+            "NIC chosen for the GPU by placement, with its nvidia-smi distance bucket",
+            ("gpu", "nic"),
+            gpu_nic,
+        ),
+    ]
+    if audit is None:
+        return out
+    out.append(
+        _gauge(
             "mcpnode_audit_findings",
             "Findings of the last audit by status",
-            ["status"],
-            registry=reg,
+            ("status",),
+            {(status,): float(n) for status, n in audit.counts},
         )
-        for status, n in audit.counts:
-            findings.labels(status=status).set(n)
-        known = Gauge(
+    )
+    out.append(
+        _gauge(
             "mcpnode_tuning_compliance_known",
             "1 when tuning compliance could be told (mcpnode_tuning_compliant is then present), "
             "0 when it is unknown: no active profile, or a key that could not be read",
-            registry=reg,
+            (),
+            {(): 0.0 if audit.tuning_compliant is None else 1.0},
         )
-        known.set(0 if audit.tuning_compliant is None else 1)
-        if audit.tuning_compliant is not None:
-            # Only when compliance was told: 0 drifted keys of an unread profile is no answer.
-            drift = Gauge(
+    )
+    if audit.tuning_compliant is not None:
+        # Only when compliance was told: 0 drifted keys of an unread profile is no answer.
+        out.append(
+            _gauge(
                 "mcpnode_tuning_drift_keys",
                 "Keys of the tuning profile whose live value drifted",
-                registry=reg,
+                (),
+                {(): float(len(audit.drift_keys))},
             )
-            drift.set(len(audit.drift_keys))
-            compliant = Gauge(
+        )
+        out.append(
+            _gauge(
                 "mcpnode_tuning_compliant",
                 "1 when every key of the tuning profile was read and matches, else 0",
-                ["profile"],
-                registry=reg,
+                ("profile",),
+                {(audit.profile or "",): 1.0 if audit.tuning_compliant else 0.0},
             )
-            compliant.labels(profile=audit.profile or "").set(1 if audit.tuning_compliant else 0)
-    return generate_latest(reg).decode()
+        )
+    return out
+
+
+def render(topo: Topology, placement: Placement, audit: AuditSummary | None) -> str:
+    """The textfile's content (UTF-8 text in the Prometheus text format 0.0.4)."""
+    return text(families(topo, placement, audit)).decode()
