@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mcpnode.codec.record import record
 from mcpnode.tuning.partition import CpuPartition
 from mcpnode.tuning.privilege import Privileges
 from mcpnode.tuning.read import Reading
@@ -29,7 +30,7 @@ class Setting:
     comment: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PlanItem:
     """One key. `current` is the kernel's text (None when absent or unreadable); `desired` the
     exact text that is (or would be) written; `rule` the profile's rule (`>= 1048576`)."""
