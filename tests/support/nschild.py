@@ -1,9 +1,10 @@
 """Helpers for the scripts the netns tests run as children of `unshare --net --mount`
-(test_tuning_netns.py, test_agent_netns.py). Standard library only: a child imports this
-after putting the repository on sys.path."""
+(test_tuning_netns.py, test_agent_netns.py, test_agent_nic_drift.py). Standard library only: a
+child imports this after putting the repository on sys.path."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -40,3 +41,31 @@ def private_tmpfs(required: list[str], optional: tuple[str, ...] | list[str] = (
         subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", target], check=True)
         if fs_type(target) != "tmpfs":
             raise RuntimeError(f"{target} is not on tmpfs after mounting: refusing to run")
+
+
+def lands_on(path: str) -> tuple[str, str]:
+    """(mount point, file system) of the mount a write to `path` lands on in this mount
+    namespace: the longest mount point above its real path, the last one mounted there. `path`
+    need not exist yet (realpath resolves what does)."""
+    real = os.path.realpath(path)
+    found = ("", "")
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        point = left.split()[4]
+        inside = point == "/" or real == point or real.startswith(point + "/")
+        if inside and len(point) >= len(found[0]):
+            found = (point, right.split()[0])
+    return found
+
+
+def refuse_unless_private(paths: list[str], mounted: list[str], temp: str) -> None:
+    """Refuse to go on unless every path a child's process may write lands on one of the tmpfs
+    `mounted` by private_tmpfs, or under the test's temporary directory `temp`."""
+    temp = os.path.realpath(temp)
+    for path in paths:
+        real = os.path.realpath(path)
+        if real == temp or real.startswith(temp + "/"):
+            continue
+        point, fs = lands_on(path)
+        if point not in mounted or fs != "tmpfs":
+            raise RuntimeError(f"{path} lands on {point} ({fs}), not a private tmpfs: refusing")
