@@ -15,16 +15,13 @@ keys only: no PM QoS request, no file of this machine to write.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mcpnode.tuning.profile import parse_profile
+from tests.support.nschild import run_child
 from tests.tuning.test_nic_queues import fake_path
 from tests.tuning.test_tuning_netns import skip_reason
 
@@ -161,21 +158,8 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "ethtool": str(tmp / "bin" / "ethtool"),
         "key": KEY,
     }
-    proc = subprocess.run(
-        [
-            *("unshare", "--net", "--mount", "--propagation", "private", "--"),
-            *(sys.executable, "-c", CHILD, json.dumps(params)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert not report["errors"], f"{report['errors']}\n{report.get('log_tail', '')}"
-    return report
+    unshare = ["unshare", "--net", "--mount", "--propagation", "private", "--"]
+    return run_child(unshare, CHILD, params, timeout=120, env=env)
 
 
 def rings(state: dict[str, Any]) -> dict[str, int]:

@@ -1,12 +1,47 @@
-"""Helpers for the scripts the netns tests run as children of `unshare --net --mount`
-(test_tuning_netns.py, test_agent_netns.py, test_agent_nic_drift.py). Standard library only: a
-child imports this after putting the repository on sys.path."""
+"""Helpers for the scripts the namespace tests run as children of `unshare --net [--mount]`
+(test_tuning_netns.py, test_agent_netns.py, test_agent_nic_drift.py, test_agent_sources.py):
+`run_child` starts one and reads its report; the rest is for the child. Standard library only:
+a child imports this after putting the repository on sys.path."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_child(
+    argv: list[str],
+    script: str,
+    params: dict[str, Any],
+    *,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run `script` in this Python under `argv` (`unshare ...`, or nothing) with `params` as its
+    JSON argument, `env` added to this environment; return the JSON object it printed on its
+    last stdout line, asserting it exited 0 and reported no `errors` (its `log_tail` shown)."""
+    proc = subprocess.run(
+        [*argv, sys.executable, "-c", script, json.dumps(params)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
+    )
+    assert proc.returncode == 0, f"child failed (rc {proc.returncode}):\n{proc.stderr[-5000:]}"
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"child printed nothing:\n{proc.stderr}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    errors = report.get("errors")
+    assert not errors, f"{errors}\n{report.get('log_tail', '')}{proc.stderr[-5000:]}"
+    return report
 
 
 def sysctl(key: str) -> str:
