@@ -5,12 +5,12 @@ the next drift check writes the profile's rings again; at stop it rolls back to 
 `ethtool` is the recorded stand-in (tests/support/fake_ethtool.py) first on PATH, so no NIC is
 touched: its reads are the agent's `Host.command`, its writes `Host.run_change`, both of which
 run only on the live root. The agent runs inside `unshare --net --mount` with tmpfs over
-/var/lib, /etc/sysctl.d and /run, as in test_agent_netns.py; the child refuses to start it
-unless every place the agent writes on a live root (the journal and its lock, the state file,
-the manifest, the exporters' files, the persisted sysctl file, the directories where a run
-sweeps its dead temporaries, its configuration) lands on those mounts or in the test's temporary
-directory, unless `ethtool` is the stand-in, and when auto-pin is on. The profile holds `[nic]`
-keys only: no PM QoS request, no file of this machine to write.
+/var/lib, /etc/sysctl.d and /run, as in test_agent_netns.py. The child refuses to start it
+when auto-pin is on, when `ethtool` is not the stand-in, or when a place the agent writes on a
+live root (the journal and its lock, the state file, the manifest, the exporters' files, the
+persisted sysctl file, the directories where a run sweeps its dead temporaries, its
+configuration) does not land on those mounts or in the test's temporary directory. The profile
+holds `[nic]` keys only: no PM QoS request, no file of this machine to write.
 """
 
 from __future__ import annotations
