@@ -29,7 +29,8 @@ from mcpnode.agent.rtnl import (
     LinkMessage,
     parse_links,
 )
-from tests.agent.test_agent_sources import REPO, ip_tool, netns_skip_reason, run_child
+from tests.agent.test_agent_sources import REPO, ip_tool, netns_skip_reason
+from tests.support.nschild import run_child
 
 CAPTURE_CHILD = r"""
 import json, os, socket, struct, subprocess, sys, time

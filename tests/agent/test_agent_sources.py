@@ -14,7 +14,6 @@ Each child prints one JSON object on its last stdout line.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -28,25 +27,9 @@ import pytest
 
 from mcpnode.agent.loop import Loop
 from mcpnode.agent.sources import DeviceEvent, InjectSource
+from tests.support.nschild import run_child
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_child(argv: list[str], script: str, params: dict[str, Any]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [*argv, sys.executable, "-c", script, json.dumps(params)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, f"child failed (rc {proc.returncode}):\n{proc.stderr}"
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"child printed nothing:\n{proc.stderr}"
-    report: dict[str, Any] = json.loads(lines[-1])
-    assert not report.get("errors"), f"{report['errors']}\n{proc.stderr}"
-    return report
 
 
 # -- InjectSource ------------------------------------------------------------------------------

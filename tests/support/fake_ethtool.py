@@ -1,6 +1,7 @@
-"""A stand-in for `ethtool -g/-G/-l/-L`, put first on PATH by tests/tuning/test_nic_queues.py:
-NICs in a JSON state file ($FAKE_ETHTOOL_STATE), every call appended to it, output and errors
-as ethtool 6.x prints them over netlink. Standard library only.
+"""A stand-in for `ethtool -g/-G/-l/-L`, put first on PATH by tests/tuning/test_nic_queues.py
+and tests/agent/test_agent_nic_drift.py: NICs in a JSON state file ($FAKE_ETHTOOL_STATE), every
+call appended to it under a lock, output and errors as ethtool 6.x prints them over netlink.
+Standard library only.
 
 State: {"nics": {DEV: {"rings": {"max": {"rx": 8192, "tx": 8192}, "cur": {...}} | absent,
                        "channels": {"max": {"combined": 63}, "cur": {"combined": 32}}}},
@@ -8,6 +9,7 @@ State: {"nics": {DEV: {"rings": {"max": {"rx": 8192, "tx": 8192}, "cur": {...}} 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -27,14 +29,17 @@ OPS = {
 
 
 def main() -> int:
-    path = os.environ["FAKE_ETHTOOL_STATE"]
-    with open(path) as f:
+    # Read, change and rewrite the state under an exclusive lock: the agent's drift reads and
+    # another party's `-G` may run at the same time, and neither may lose the other's update.
+    with open(os.environ["FAKE_ETHTOOL_STATE"], "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
         state = json.load(f)
-    state["calls"].append(sys.argv[1:])
-    try:
-        return run(state, sys.argv[1:])
-    finally:
-        with open(path, "w") as f:
+        state["calls"].append(sys.argv[1:])
+        try:
+            return run(state, sys.argv[1:])
+        finally:
+            f.seek(0)
+            f.truncate()
             json.dump(state, f)
 
 
