@@ -111,11 +111,13 @@ def read_caches(
                 "cache.too-many", base, f"{len(indexes)} index directories; read the first 16"
             )
             indexes = indexes[:MAX_INDEXES]
-        for _, name in indexes:
-            if cpu in covered.get(name, ()):
-                continue
+        # Reading one index covers CPUs at that index only: what this CPU must read is known now.
+        todo = [name for _, name in indexes if cpu not in covered.get(name, ())]
+        first = [f"{base}/{n}/level" for n in todo if n not in batch_first]
+        levels = host.read_files(first) if first else {}
+        for name in todo:
             path = f"{base}/{name}"
-            if name not in batch_first and _level_outside(host, path):
+            if _level_outside(levels.get(f"{path}/level")):
                 continue
             attrs = read_attrs(host, path, _ATTRS, problems, "cache.unreadable")
             if attrs is None:
@@ -154,16 +156,13 @@ def read_caches(
     return tuple(sorted(found.values(), key=lambda c: (c.level, min(c.cpus))))
 
 
-def _level_outside(host: HostReader, path: str) -> bool:
-    """Whether `path/level` reads cleanly as a level other than 2 and 3 (an L1 cache): then
-    nothing else of the directory is read. Anything else (absent, unreadable, garbage, L2 or L3,
-    the directory gone) is False, and the batch read that follows reports it as it always has.
-    One file instead of a listing and five: most index directories are L1 (two per core)."""
-    try:
-        text = host.read_optional(f"{path}/level")
-    except HostError:
-        return False
-    if text is None:
+def _level_outside(text: str | HostError | None) -> bool:
+    """Whether an index directory's `level`, as read alone, is a clean level other than 2 and 3
+    (an L1 cache): then nothing else of the directory is read. Anything else (not read, absent,
+    unreadable, garbage, L2 or L3, the directory gone) is False, and the batch read that follows
+    reports it as it always has. One file instead of a listing and five: most index directories
+    are L1 (two per core)."""
+    if text is None or isinstance(text, HostError):
         return False
     try:
         return parse_cache_level(text.split("\x00", 1)[0]) not in LEVELS
