@@ -9,14 +9,18 @@ CPUs one cache serves; two CPUs listing the same set at the same level share tha
 Rules, in the order the reader applies them:
 
 1. Only online CPUs are read: an offline CPU loses its `cache/` directory on current kernels,
-   and hwloc reads only online CPUs too. An index already covered by a domain read from another
-   CPU is not read again (one read per L3 domain, one per core for L2), as hwloc does.
-2. Instruction caches and levels other than 2 and 3 are left out; an unknown `type` too.
-3. The CPUs are `shared_cpu_list`, else `shared_cpu_map` (POWER9's nvidiagpunumanodes dump has
-   only the map). CPUs that are not present are garbage and recorded as a Problem; present but
-   offline ones are dropped silently (older kernels kept them: offline-cpu0-node0 lists CPUs
-   0-3 of 4-20 online), as hwloc drops them. A list that does not hold the CPU it was read
-   from is a Problem, and that entry is skipped.
+   and hwloc reads only online CPUs too. An index already covered by an L2 or L3 domain read
+   from another CPU is not read again (one read per L3 domain, one per core for L2), as hwloc
+   does.
+2. Levels other than 2 and 3 are left out, and nothing but their `level` is read: placement and
+   `topo` use L2 and L3 only, and the two L1 directories of every core would otherwise cost
+   more than the rest of the reader. Such a directory covers no CPU: each CPU's own `level`
+   decides. Instruction caches and an unknown `type` are left out too.
+3. The CPUs are `shared_cpu_list`, else `shared_cpu_map`, read only then (POWER9's
+   nvidiagpunumanodes dump has only the map). CPUs that are not present are garbage and
+   recorded as a Problem; present but offline ones are dropped silently (older kernels kept
+   them: offline-cpu0-node0 lists CPUs 0-3 of 4-20 online), as hwloc drops them. A list that
+   does not hold the CPU it was read from is a Problem, and that entry is skipped.
 4. A set that overlaps another domain of the same level without equalling it is a Problem and
    is skipped: caches of one level partition the CPUs they serve.
 5. `size` and `id` are bounded (at most 2^32 - 1, the kernel's unsigned int): anything else is
@@ -33,14 +37,14 @@ from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.attrs import attr_parsed, attr_text, read_attrs
 from mcpnode.topology.model import Cache, CpuSet, CpuTopology
-from mcpnode.topology.sysfs import SYS_CPU, Problems
+from mcpnode.topology.sysfs import SYS_CPU, Problems, read_parsed
 
 LEVELS = frozenset({2, 3})
 KINDS = frozenset({"Unified", "Data"})
 # More index directories than any CPU has (x86 has 4 or 5, arm64 up to 4): past it, garbage.
 MAX_INDEXES = 16
 _MAX_U32 = (1 << 32) - 1
-_ATTRS = frozenset({"level", "type", "shared_cpu_list", "shared_cpu_map", "size", "id"})
+_ATTRS = frozenset({"level", "type", "shared_cpu_list", "size", "id"})
 _NOTHING: frozenset[str] = frozenset()
 _INDEX_DIR = re.compile(r"index([0-9]{1,2})", re.ASCII)
 _SIZE = re.compile(r"([0-9]{1,10})([KMG]?)", re.ASCII)
@@ -82,8 +86,14 @@ def read_caches(
     A root without `cache/` directories (old dumps, some VMs) gives (). Never raises for
     content: what cannot be used is a Problem naming the file."""
     found: dict[tuple[int, CpuSet], Cache] = {}
-    by_level: dict[int, list[CpuSet]] = {}
+    # level -> CPU -> (order found, domain): the domains of one level are disjoint, so a new set
+    # overlaps at most one domain per CPU it names, and the first found is the one reported.
+    owners: dict[int, dict[int, tuple[int, CpuSet]]] = {}
     covered: dict[str, set[int]] = {}  # index directory name -> CPUs a domain read covers
+    # Index directory names that held an L2 or L3 cache where last read: their attributes are
+    # read in one batch straight away; the others (L1 on every machine so far) level first.
+    # A guess only at what to read first: each directory's own files decide.
+    batch_first: set[str] = set()
     for cpu in sorted(cpus.online):
         base = f"{SYS_CPU}/cpu{cpu}/cache"
         try:
@@ -101,49 +111,77 @@ def read_caches(
                 "cache.too-many", base, f"{len(indexes)} index directories; read the first 16"
             )
             indexes = indexes[:MAX_INDEXES]
-        for _, name in indexes:
-            if cpu in covered.get(name, ()):
-                continue
+        # Reading one index covers CPUs at that index only: what this CPU must read is known now.
+        todo = [name for _, name in indexes if cpu not in covered.get(name, ())]
+        first = [f"{base}/{n}/level" for n in todo if n not in batch_first]
+        levels = host.read_files(first) if first else {}
+        for name in todo:
             path = f"{base}/{name}"
+            if _level_outside(levels.get(f"{path}/level")):
+                continue
             attrs = read_attrs(host, path, _ATTRS, problems, "cache.unreadable")
             if attrs is None:
                 continue
-            entry = _entry(path, attrs, cpu, cpus, cpus_limit, problems)
-            if entry is None:
+            level = attr_parsed(path, attrs, "level", parse_cache_level, problems)
+            if level is not None and level not in LEVELS:
+                batch_first.discard(name)
                 continue
-            if entry.level not in LEVELS:
-                covered.setdefault(name, set()).update(entry.cpus)
+            batch_first.add(name)
+            entry = _entry(host, path, attrs, level, cpu, cpus, cpus_limit, problems)
+            if entry is None:
                 continue
             key = (entry.level, entry.cpus)
             if key in found:
                 covered.setdefault(name, set()).update(entry.cpus)
                 continue
-            clash = next((s for s in by_level.get(entry.level, ()) if s & entry.cpus), None)
+            of_level = owners.setdefault(entry.level, {})
+            clash = min(
+                (of_level[c] for c in entry.cpus if c in of_level),
+                key=lambda o: o[0],
+                default=None,
+            )
             if clash is not None:
                 problems.add(
                     "cache.overlap",
                     path,
                     f"L{entry.level} CPUs {entry.cpus.cpulist()} overlap another L{entry.level}"
-                    f" domain {clash.cpulist()} without equalling it; skipped",
+                    f" domain {clash[1].cpulist()} without equalling it; skipped",
                 )
                 continue
             found[key] = entry
-            by_level.setdefault(entry.level, []).append(entry.cpus)
+            mine = (len(found), entry.cpus)
+            for c in entry.cpus:
+                of_level[c] = mine
             covered.setdefault(name, set()).update(entry.cpus)
     return tuple(sorted(found.values(), key=lambda c: (c.level, min(c.cpus))))
 
 
+def _level_outside(text: str | HostError | None) -> bool:
+    """Whether an index directory's `level`, as read alone, is a clean level other than 2 and 3
+    (an L1 cache): then nothing else of the directory is read. Anything else (not read, absent,
+    unreadable, garbage, L2 or L3, the directory gone) is False, and the batch read that follows
+    reports it as it always has. One file instead of a listing and five: most index directories
+    are L1 (two per core)."""
+    if text is None or isinstance(text, HostError):
+        return False
+    try:
+        return parse_cache_level(text.split("\x00", 1)[0]) not in LEVELS
+    except parse.ParseError:
+        return False
+
+
 def _entry(
+    host: HostReader,
     path: str,
     attrs: Mapping[str, str | HostError],
+    level: int | None,
     cpu: int,
     cpus: CpuTopology,
     limit: int,
     problems: Problems,
 ) -> Cache | None:
-    """One index directory as a Cache (its level may be outside LEVELS: the caller still counts
-    its CPUs as covered), or None when it is not a unified/data cache or cannot be used."""
-    level = attr_parsed(path, attrs, "level", parse_cache_level, problems)
+    """One L2 or L3 index directory (`level`: its level, parsed by the caller; None when that
+    failed) as a Cache, or None when it is not a unified/data cache or cannot be used."""
     kind = attr_text(path, attrs, "type", problems)
     if level is None or kind is None:
         return None
@@ -153,20 +191,21 @@ def _entry(
         path, attrs, "shared_cpu_list", lambda t: parse.parse_cpulist(t, limit), problems
     )
     if shared is None:
-        shared = attr_parsed(
-            path, attrs, "shared_cpu_map", lambda t: parse.parse_cpumask(t, limit), problems
+        # Read only now, for a list that is absent (POWER9's nvidiagpunumanodes dump has only
+        # the map) or unusable: drivers/base/cacheinfo.c prints both, and the list suffices.
+        shared = read_parsed(
+            host, f"{path}/shared_cpu_map", lambda t: parse.parse_cpumask(t, limit), problems
         )
     if shared is None:
         problems.add("cache.cpus.missing", path, "no readable shared_cpu_list or shared_cpu_map")
         return None
-    beyond = shared - cpus.present
-    if beyond:
+    if not shared <= cpus.present:
         problems.add(
             "cache.cpus.beyond-present",
             f"{path}/shared_cpu_list",
-            f"lists CPUs {beyond.cpulist()} that are not present; ignored",
+            f"lists CPUs {(shared - cpus.present).cpulist()} that are not present; ignored",
         )
-    online = shared & cpus.online
+    online = shared if shared <= cpus.online else shared & cpus.online
     if cpu not in online:
         problems.add(
             "cache.cpus.without-self",

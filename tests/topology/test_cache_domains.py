@@ -3,6 +3,7 @@ garbage in every file it reads becoming one Problem naming the file, never a gue
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,77 @@ def test_overlapping_domains_are_refused(tmp_path: Path) -> None:
     topo = found(root)
     assert ("cache.overlap", f"/{CPU}/cpu4/cache/index3") in problems(topo)
     # the CPUs the refused list named are read again from their own files
+    assert [c.cpus.cpulist() for c in topo.cache_domains(3)] == ["0-3", "4-7"]
+
+
+def test_overlap_names_the_first_domain_found(tmp_path: Path) -> None:
+    # 3-6 overlaps the L2 domains 2-3 and 4-5: the problem names the one found first
+    root = machine(tmp_path)
+    put(root, f"{CPU}/cpu6/cache/index2/shared_cpu_list", "3-6\n")
+    topo = found(root)
+    (overlap,) = [p for p in topo.problems if p.code == "cache.overlap"]
+    assert overlap.source == f"/{CPU}/cpu6/cache/index2"
+    assert "L2 CPUs 3-6 overlap another L2 domain 2-3 without" in overlap.detail
+
+
+@pytest.mark.parametrize(
+    ("file", "text"),
+    [
+        ("size", "lots\n"),
+        ("id", "-1\n"),
+        ("type", "\xff\n"),
+        ("shared_cpu_list", "2-3\n"),  # without the CPU it was read from
+        ("shared_cpu_list", "0-70000\n"),
+    ],
+)
+def test_l1_is_read_for_its_level_only(tmp_path: Path, file: str, text: str) -> None:
+    # An L1 directory's other files are not read: garbage there is no problem, changes nothing.
+    root = machine(tmp_path)
+    put(root, f"{CPU}/cpu0/cache/index0/{file}", text)
+    put(root, f"{CPU}/cpu0/cache/index1/{file}", text)
+    topo = found(root)
+    assert problems(topo) == []
+    assert topo.caches == found(machine(tmp_path / "clean")).caches
+
+
+@pytest.mark.parametrize("kind", ["garbage", "fifo", "directory", "empty"])
+def test_l1_level_that_cannot_be_used(tmp_path: Path, kind: str) -> None:
+    # The level is all an L1 directory is read for: when it cannot be used, the directory is
+    # read whole and reported as any other (one problem naming the file, nothing guessed).
+    root = machine(tmp_path)
+    level = root / f"{CPU}/cpu2/cache/index0/level"
+    level.unlink()
+    if kind == "garbage":
+        level.write_text("one\n")
+    elif kind == "fifo":
+        os.mkfifo(level)
+    elif kind == "directory":
+        level.mkdir()
+    else:
+        level.write_text("")
+    topo = found(root)
+    assert [s for _, s in problems(topo)] == [f"/{CPU}/cpu2/cache/index0/level"]
+    assert topo.caches == found(machine(tmp_path / "clean")).caches
+
+
+def test_each_cpu_reads_its_own_l1_and_l2(tmp_path: Path) -> None:
+    # CPU 0's index2 hand-edited to say L1: it covers nothing, so CPU 1's own index2 (L2,
+    # CPUs 0-1) still gives the domain; an L4 at CPU 0's index3 likewise leaves L3 to CPU 1.
+    root = machine(tmp_path)
+    put(root, f"{CPU}/cpu0/cache/index2/level", "1\n")
+    put(root, f"{CPU}/cpu0/cache/index3/level", "4\n")
+    topo = found(root)
+    assert [c.cpus.cpulist() for c in topo.cache_domains(2)] == ["0-1", "2-3", "4-5", "6-7"]
+    assert [c.cpus.cpulist() for c in topo.cache_domains(3)] == ["0-3", "4-7"]
+    assert problems(topo) == []
+
+
+def test_map_when_the_list_is_garbage(tmp_path: Path) -> None:
+    root = machine(tmp_path)
+    put(root, f"{CPU}/cpu0/cache/index3/shared_cpu_list", "zero to three\n")
+    put(root, f"{CPU}/cpu0/cache/index3/shared_cpu_map", "0f\n")
+    topo = found(root)
+    assert problems(topo) == [("read.garbage", f"/{CPU}/cpu0/cache/index3/shared_cpu_list")]
     assert [c.cpus.cpulist() for c in topo.cache_domains(3)] == ["0-3", "4-7"]
 
 
