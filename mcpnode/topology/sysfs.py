@@ -80,7 +80,16 @@ def read_parsed(
     try:
         text = host.read_optional(path)
     except HostError as err:
-        problems.add("read.error", path, f"{type(err).__name__}: {err.detail}")
+        return parsed(path, err, parser, problems)
+    return parsed(path, text, parser, problems)
+
+
+def parsed(
+    path: str, text: str | HostError | None, parser: Callable[[str], T], problems: Problems
+) -> T | None:
+    """read_parsed() of what reading `path` gave (Host.read_files' answer, None when absent)."""
+    if isinstance(text, HostError):
+        problems.add("read.error", path, f"{type(text).__name__}: {text.detail}")
         return None
     if text is None:
         return None
@@ -112,6 +121,9 @@ def read_identity(host: HostReader, problems: Problems) -> HostIdentity:
 # -- CPUs --------------------------------------------------------------------------------------
 
 
+_TOPOLOGY_FILES = ("thread_siblings_list", "core_id", "physical_package_id", "die_id")
+
+
 def read_cpus(host: HostReader, problems: Problems) -> CpuTopology:
     listed: set[int] = set()
     try:
@@ -135,18 +147,26 @@ def read_cpus(host: HostReader, problems: Problems) -> CpuTopology:
         online = present
         problems.add("cpu.online.missing", f"{SYS_CPU}/online", "assuming every present CPU")
     cpus = []
-    for cpu_id in sorted(present):
-        base = f"{SYS_CPU}/cpu{cpu_id}/topology"
-        siblings = read_parsed(host, f"{base}/thread_siblings_list", cpulist, problems)
+    # Four attributes of every CPU (768 on a 192-CPU host) in one batch read; each is parsed,
+    # and its problem recorded, in the order the per-file reads had.
+    ids = sorted(present)
+    found = host.read_files(
+        [f"{SYS_CPU}/cpu{c}/topology/{name}" for c in ids for name in _TOPOLOGY_FILES]
+    )
+
+    def one(cpu_id: int, name: str, parser: Callable[[str], T]) -> T | None:
+        path = f"{SYS_CPU}/cpu{cpu_id}/topology/{name}"
+        return parsed(path, found.get(path), parser, problems)
+
+    for cpu_id in ids:
+        siblings = one(cpu_id, "thread_siblings_list", cpulist)
         cpus.append(
             Cpu(
                 id=cpu_id,
                 online=cpu_id in online,
-                core_id=read_parsed(host, f"{base}/core_id", parse.parse_int, problems),
-                package_id=read_parsed(
-                    host, f"{base}/physical_package_id", parse.parse_int, problems
-                ),
-                die_id=read_parsed(host, f"{base}/die_id", parse.parse_int, problems),
+                core_id=one(cpu_id, "core_id", parse.parse_int),
+                package_id=one(cpu_id, "physical_package_id", parse.parse_int),
+                die_id=one(cpu_id, "die_id", parse.parse_int),
                 node=None,  # filled by discover from the node cpulists
                 # Offline CPUs lose their topology/ dir on many kernels: a CPU is its own sibling.
                 siblings=siblings if siblings else CpuSet({cpu_id}),
