@@ -20,15 +20,9 @@ import pytest
 from mcpnode.errors import HostError, NotRegularFile, TooLarge
 from mcpnode.host import Host, backend
 from mcpnode.tuning.read import read_value, read_values
+from tests.host.test_host_read_directory import put
 
 CPU = "/sys/devices/system/cpu"
-
-
-def put(root: Path, rel: str, text: str) -> Path:
-    p = root / rel.lstrip("/")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return p
 
 
 def sample(root: Path) -> tuple[Path, list[str]]:
