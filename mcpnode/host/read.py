@@ -27,6 +27,7 @@ import errno as errno_mod
 import os
 import stat
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from mcpnode.errors import (
     HostError,
@@ -43,6 +44,9 @@ from mcpnode.host.root import HostRoot
 from mcpnode.host.translate import _translate
 from mcpnode.host.trust import _mode_problem
 from mcpnode.host.types import Entry, FileStat
+
+if TYPE_CHECKING:
+    from mcpnode.host.tarball import ArchiveBackend
 
 _READ_CHUNK = 65536
 # The first read of a file asks for one x86 page and a byte: a sysfs attribute or a sysctl is at
@@ -79,17 +83,22 @@ def read_limit(logical: str) -> int:
 def _require_regular(st: os.stat_result, logical: str) -> None:
     """Raise NotRegularFile unless `st` is a regular file: a directory (errno EISDIR, as read(2)
     would say), a FIFO, socket or device node (never read: it has no content of its own)."""
-    if stat.S_ISREG(st.st_mode):
+    _require_regular_mode(st.st_mode, logical)
+
+
+def _require_regular_mode(mode: int, logical: str) -> None:
+    """_require_regular() of a file's mode (or its S_IFMT bits alone)."""
+    if stat.S_ISREG(mode):
         return
-    if stat.S_ISDIR(st.st_mode):
+    if stat.S_ISDIR(mode):
         raise NotRegularFile(logical, errno_mod.EISDIR, "is a directory, not a regular file")
     kind = (
         "a FIFO"
-        if stat.S_ISFIFO(st.st_mode)
+        if stat.S_ISFIFO(mode)
         else "a socket"
-        if stat.S_ISSOCK(st.st_mode)
+        if stat.S_ISSOCK(mode)
         else "a device node"
-        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
         else "not a regular file"
     )
     raise NotRegularFile(logical, None, f"is {kind}, not a regular file")
@@ -130,7 +139,35 @@ class HostReads(HostRoot):
         Raises TooLarge past the limit (having read limit + 1 bytes, no more), NotRegularFile for
         a FIFO, socket, device or directory, and the other HostError subclasses on failure."""
         cap = read_limit(logical) if limit is None else limit
+        archive = self._archive
+        if archive is not None and self._recording is None:
+            return self._read_member(archive, logical, cap)
         return self._read_open(logical, *self._open_regular(logical), cap)
+
+    def _read_member(self, archive: ArchiveBackend, logical: str, cap: int) -> bytes:
+        """read_bytes() under a tarball root: the index answers what the lstat() and the read
+        would, in one lookup, with the same checks and errors (a symlink resolved inside the
+        root, anything but a regular file refused, the cap). The open, fstat() and identity
+        check have nothing to guard there: no member is a real device, and the index cannot
+        change between two calls. Emulating them cost a tarball root's discovery about as much
+        again as reading the unpacked directory (two stat_result built per file)."""
+        try:
+            fs = self._real_fs(logical)
+            fmt, data = archive.content(fs)
+            if stat.S_ISLNK(fmt):
+                fs = self._prefix + self._resolve(logical, follow_last=True)
+                fmt, data = archive.content(fs)
+        except HostError:
+            raise
+        except OSError as err:
+            raise _translate(err, logical) from err
+        _require_regular_mode(fmt, logical)
+        assert data is not None  # a regular member always holds its content
+        if len(data) > cap:
+            raise TooLarge(
+                logical, errno_mod.EFBIG, f"larger than {cap} bytes (refused while reading)"
+            )
+        return data
 
     def _read_open(
         self, logical: str, fd: int, fs: str, limit: int, check: Callable[[], None] | None = None

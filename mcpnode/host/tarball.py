@@ -738,6 +738,13 @@ class ArchiveBackend:
     def lstat(self, path: str, /) -> os.stat_result:
         return _stat(self._node(path), self._dev)
 
+    def content(self, path: str, /) -> tuple[int, bytes | None]:
+        """The entry's file type (its S_IFMT bits) and, for a regular file, its content: what
+        lstat() and then a whole read() of the entry unpacked would give, in one lookup
+        (Host.read_bytes). Raises as lstat() does."""
+        fmt, _, payload = self._node(path)
+        return fmt, payload if isinstance(payload, bytes) else None
+
     def readlink(self, path: str, /) -> str:
         target = self._node(path)[2]
         if not isinstance(target, str):
