@@ -565,22 +565,22 @@ class HostReads(HostRoot):
         for logical in logicals:
             try:
                 fs = real_fs(logical)
-                if native:
-                    fd = open_(fs, flags)
-                    same = True
-                else:
+                if not native:
                     before = lstat(fs)
                     if not is_reg(before.st_mode):
                         raise _Uncommon
-                    fd = open_(fs, flags)
+                fd = open_(fs, flags)
                 try:
                     after = fstat(fd)
-                    if not native:
-                        same = (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev)
-                    data = read(fd, want) if same and is_reg(after.st_mode) else b""
+                    if not is_reg(after.st_mode) or (
+                        not native
+                        and (after.st_ino, after.st_dev) != (before.st_ino, before.st_dev)
+                    ):
+                        raise _Uncommon
+                    data = read(fd, want)
                 finally:
                     close(fd)
-                if len(data) == want or not same or not is_reg(after.st_mode):
+                if len(data) == want:
                     raise _Uncommon
             except (_Uncommon, OSError, HostError):
                 self._read_one_into(out, logical, logical, limit)

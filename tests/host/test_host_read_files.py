@@ -59,6 +59,7 @@ def sample(root: Path) -> tuple[Path, list[str]]:
         wanted.append(f"{CPU}/cpufreq/policy9/{name}")
     wanted += [f"{CPU}/cpufreq/policy10/scaling_governor", f"{CPU}/cpu77/power/absent"]
     wanted += [f"{CPU}/cpu0/power/energy_perf_bias/below", f"{CPU}/../../../../etc/elsewhere"]
+    wanted.append(f"{CPU}/cpufreq/policy9/loop/below")  # a directory on the way that loops
     return root, wanted
 
 

@@ -339,13 +339,14 @@ class CpuPower(Subsystem):
         read_policies(host, draft)
         name = "energy_performance_preference" if key == EPP_KEY else "boost"
         policies = draft.policies or ()
-        wanted = [policy_path(policy, name) for policy in policies]
+        files = [policy_path(policy, name) for policy in policies]
+        wanted = list(files)
         if key == EPP_KEY and policies:
+            prefs = offered(host, draft, "energy_performance_available_preferences", policies[0])
+            draft.available.update(dict.fromkeys(files, prefs))
             # The governor too: intel_pstate refuses EPP changes under "performance" (plan).
             govs = (policy_path(policy, "scaling_governor") for policy in policies)
             wanted += [g for g in govs if g not in draft.readings]
-            prefs = offered(host, draft, "energy_performance_available_preferences", policies[0])
-            draft.available.update(dict.fromkeys(wanted[: len(policies)], prefs))
         draft.readings.update(read_values(host, wanted))
         if draft.policies:
             driver = policy_path(draft.policies[0], "scaling_driver")
