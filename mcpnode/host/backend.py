@@ -25,8 +25,8 @@ The contract, as the `os` functions it mirrors (paths are filesystem paths, `Hos
 from __future__ import annotations
 
 import os
-from typing import Protocol
 
+from mcpnode.codec.typenames import Protocol
 from mcpnode.host.trust import _untrusted_dirs
 from mcpnode.host.types import Entry
 

@@ -23,8 +23,13 @@ decompressor's error. Imported only for tarball roots.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
-from typing import BinaryIO, NamedTuple, Protocol
+
+from mcpnode.codec.typenames import NamedTuple, Protocol
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import BinaryIO
 
 CHUNK = 256 << 10  # decompressed bytes in a chunk, at most
 _INPUT = 1 << 20  # compressed bytes read at a time

@@ -3,13 +3,13 @@ recording saw, NUMA-placed memory, what a kernel log read gave. Data only: no I/
 
 NamedTuples and a plain class rather than dataclasses: every mcpnode command imports these,
 and importing dataclasses (with the inspect, ast and tokenize modules it pulls in) costs more
-than reading a small host. No `from __future__ import annotations` here, on purpose: NamedTuple
-checks each field's annotation when the class is made, and a string annotation costs it a
-compile() (typing.ForwardRef) per field, where a real type costs nothing; these are plain
-builtins, valid at run time on every Python mcpnode supports (3.10+: `X | None`).
+than reading a small host. The NamedTuple is codec/typenames.py's, which is typing's to the type
+checker and collections.namedtuple at run time, without importing typing (and the re, enum and
+functools it imports) into every command. The annotations are plain builtins, valid at run time
+on every Python mcpnode supports (3.10+: `X | None`).
 """
 
-from typing import NamedTuple
+from mcpnode.codec.typenames import NamedTuple
 
 
 class Recording:
@@ -95,8 +95,9 @@ class KmsgRead(NamedTuple):
     records: tuple[str, ...]
     truncated: bool = False
     overwritten: int = 0
-    # Records dropped or cut: a head whose numbers are past their digits (_HEAD), or a record
-    # that continues past the kernel's own bound on one record (_KMSG_RECORD_MAX).
+    # Records dropped or cut: a head whose numbers are past their digits (kmsg.py's
+    # _head_patterns), or a record that continues past the kernel's own bound on one record
+    # (_KMSG_RECORD_MAX).
     skipped: int = 0
     # read_new() stopped at its `batch_bytes` with more waiting: call it again (after letting
     # the loop's other sources run).
