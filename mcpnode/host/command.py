@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-import re
 
 from mcpnode.errors import CommandFailed, NotSupported
 from mcpnode.host.record import HostRecord
 from mcpnode.host.types import CommandResult, _opt_int
 from mcpnode.host.write import _count_write
 
-# Kernel module names as modprobe takes them (module_name() in kmod: [A-Za-z0-9_-]).
-_MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
+
+def _module_name(name: str) -> bool:
+    """A kernel module name as modprobe takes it (module_name() in kmod: [A-Za-z0-9_-], here at
+    most 64 of them). String tests, not a regex: `re` is not imported by the commands that
+    never load a module (isalnum() of an ASCII character is [A-Za-z0-9])."""
+    return 0 < len(name) <= 64 and name.isascii() and all(c.isalnum() or c in "_-" for c in name)
+
+
 _MODPROBE_TIMEOUT_S = 30
 
 
@@ -108,7 +113,7 @@ class HostCommands(HostRecord):
 
         A recorded root has no kernel to load into: raises NotSupported there rather than
         touching this machine. Raises CommandFailed when modprobe fails or is missing."""
-        if not _MODULE_NAME.match(name):
+        if not _module_name(name):
             raise CommandFailed(f"module:{name}", errno_mod.EINVAL, "not a module name")
         if not self.is_live:
             raise NotSupported(

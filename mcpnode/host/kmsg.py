@@ -12,10 +12,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno as errno_mod
+import functools
 import os
-import re
 import stat
-from collections.abc import Callable
 
 from mcpnode.codec.bounded import BoundError, parse_decimal
 from mcpnode.errors import HostError, ReadError
@@ -24,6 +23,11 @@ from mcpnode.host.process import HostProcesses
 from mcpnode.host.read import _READ_CHUNK
 from mcpnode.host.translate import _translate
 from mcpnode.host.types import KmsgRead, KmsgScan
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
 
 
 class HostKmsg(HostProcesses):
@@ -152,12 +156,24 @@ _BATCH_RECORDS_UNBOUNDED = 1 << 62
 # sequence number and the time since boot are u64 (kernel/printk/printk.c, info_print_ext_header
 # prints them with %llu): 20 digits. A longer one is not the kernel's, and Python's int() would
 # refuse it past 4,300 digits with a ValueError of its own.
-_HEAD = re.compile(r"([0-9]+),([0-9]+),([0-9]+),", re.ASCII)
 _PRIORITY_DIGITS = 10
 _U64_DIGITS = 20
-_HEAD_IN_BOUNDS = re.compile(
-    rf"[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},", re.ASCII
-)
+
+
+@functools.cache
+def _head_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(a head whose numbers are in bounds, any head): compiled at the first kernel log read,
+    not at import, so the commands that never read the log (`topo`) never import re."""
+    import re
+
+    head = re.compile(r"([0-9]+),([0-9]+),([0-9]+),", re.ASCII)
+    in_bounds = re.compile(
+        rf"[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},",
+        re.ASCII,
+    )
+    return in_bounds, head
+
+
 # A regular file's line longer than this without its newline is dropped, never held back whole.
 _PARTIAL_MAX = 2 * _KMSG_RECORD_MAX
 
@@ -354,9 +370,10 @@ def _head_ok(line: str) -> bool:
     """False for a record head whose numbers no kernel writes (more digits than their type
     holds); a line without the `PRIORITY,SEQ,USEC,` head is left to the parsers, which ignore
     it."""
-    if _HEAD_IN_BOUNDS.match(line) is not None:  # every record the kernel writes: one match
+    in_bounds, head = _head_patterns()
+    if in_bounds.match(line) is not None:  # every record the kernel writes: one match
         return True
-    m = _HEAD.match(line)
+    m = head.match(line)
     if m is None:
         return True
     try:

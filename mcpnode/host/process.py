@@ -11,9 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import os
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, NoReturn
 
 from mcpnode.codec.cpus import format_list
 from mcpnode.errors import (
@@ -30,8 +27,13 @@ from mcpnode.host.command import HostCommands
 from mcpnode.host.translate import _translate, _translate_task
 from mcpnode.host.types import NodeMemory
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
     import ctypes
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from typing import Literal, NoReturn
+
+    MempolicyMode = Literal["default", "preferred", "bind"]
 
 # set_mempolicy(2) through libc's syscall(3) and ctypes rather than the `numa`/libnuma Python
 # bindings: no new dependency, and no libnuma.so, which minimal hosts and distroless images lack.
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
 _SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "riscv64": 237, "ppc64le": 261, "s390x": 270}
 # include/uapi/linux/mempolicy.h
 MPOL_MODES = {"default": 0, "preferred": 1, "bind": 2}
-MempolicyMode = Literal["default", "preferred", "bind"]
 # mbind(2) and move_pages(2) numbers, from the same tables as _SYS_SET_MEMPOLICY above.
 # mbind(2) and move_pages(2) numbers, from the same tables as _SYS_SET_MEMPOLICY above.
 _SYS_MBIND = {"x86_64": 237, "aarch64": 235, "riscv64": 235, "ppc64le": 259, "s390x": 268}
@@ -55,7 +56,6 @@ _SYS_MIGRATE_PAGES = {
     "s390x": 287,
 }
 _CPU_DMA_LATENCY = "/dev/cpu_dma_latency"
-_TID = re.compile(r"[0-9]{1,7}")
 # include/uapi/linux/mempolicy.h: fail if pages already there break the policy; move them.
 _MPOL_MF_STRICT = 1 << 0
 _MPOL_MF_MOVE = 1 << 1
@@ -98,8 +98,10 @@ class HostProcesses(HostCommands):
             if err.errno in (errno_mod.ENOENT, errno_mod.ESRCH):
                 raise ProcessGone(logical, err.errno, "no such process") from err
             raise _translate(err, logical) from err
-        # A pid is at most 7 digits (PID_MAX_LIMIT, 4,194,304: include/linux/threads.h).
-        return tuple(sorted(int(n) for n in names if _TID.fullmatch(n)))
+        # A pid is at most 7 digits (PID_MAX_LIMIT, 4,194,304: include/linux/threads.h), ASCII
+        # decimal (isdigit() alone takes "²"); string tests, so commands that place nothing never
+        # import re.
+        return tuple(sorted(int(n) for n in names if len(n) <= 7 and n.isascii() and n.isdigit()))
 
     def get_affinity(self, tid: int) -> frozenset[int]:
         """CPU affinity of a live thread (sched_getaffinity(2); 0 = the calling thread).

@@ -3,7 +3,6 @@ effective uid it was taken with). The recording of reads itself is root.py's `re
 
 from __future__ import annotations
 
-import json
 import os
 
 from mcpnode.errors import HostError
@@ -28,6 +27,8 @@ class HostRecord(HostWrites):
     def _snapshot_meta(self) -> dict[str, object]:
         """The root's `mcpnode-snapshot.json`, or {} when absent or unreadable (an unreadable
         snapshot answers "not recorded" for everything it would hold)."""
+        import json  # a recorded root's: `topo` on the live host or a dump never reads it
+
         try:
             text = self.read_optional("/mcpnode-snapshot.json")
             meta = json.loads(text) if text else {}

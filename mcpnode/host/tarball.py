@@ -42,16 +42,20 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import functools
 import os
-import re
 import stat
 import zlib
-from collections.abc import Callable
 
 from mcpnode.errors import RootError
 from mcpnode.host import decompress
 from mcpnode.host.trust import _mode_problem, _pid_running, _untrusted_dirs
 from mcpnode.host.types import Entry
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
 
 # Markers of a usable root: what a snapshot or a sysfs dump holds at its top.
 _ROOT_MARKERS = ("sys", "proc", "mcpnode-snapshot.json")
@@ -86,7 +90,6 @@ _EXTENDED = frozenset((_LONG_NAME, _LONG_LINK, _PAX, _PAX_GLOBAL, _PAX_SOLARIS))
 _IFMT = {_CHR: stat.S_IFCHR, _BLK: stat.S_IFBLK, _DIR: stat.S_IFDIR, _FIFO: stat.S_IFIFO}
 # tarfile.SUPPORTED_TYPES: a member of any other type is read as a file (its data skipped).
 _KNOWN_TYPES = _REG_TYPES | _EXTENDED | {_LINK, _SYMLINK, _CHR, _BLK, _DIR, _FIFO, _SPARSE}
-_PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
 
 # One index entry: (file type, attributes, payload). The type is stat's S_IFREG, S_IFDIR...;
 # the attributes are the header's number fields as stored (bytes 100-147: mode, uid, gid, size,
@@ -546,11 +549,21 @@ def _over_total(tarball: str) -> RootError:
     )
 
 
+@functools.cache
+def _pax_record() -> re.Pattern[bytes]:
+    """Compiled at the first pax header, not at import: a tarball without one (GNU tar's
+    default format) never imports re."""
+    import re
+
+    return re.compile(rb"(\d+) ([^=]+)=")
+
+
 def _pax_records(data: bytes, tarball: str) -> dict[str, str]:
     """`LENGTH KEY=VALUE\\n` records of a pax extended header (POSIX.1-2008, pax)."""
     out: dict[str, str] = {}
     pos = 0
-    while (m := _PAX_RECORD.match(data, pos)) is not None:
+    record = _pax_record()
+    while (m := record.match(data, pos)) is not None:
         length = int(m.group(1))
         if length <= 0:
             raise RootError(f"{tarball}: corrupt tar archive (bad pax record)")
@@ -846,7 +859,18 @@ def open_root(tarball: str) -> tuple[ArchiveBackend, list[tuple[str, str]]]:
 # leave them for good. It costs one listing of the temporary directory: tempfile and shutil
 # (5 ms of imports, more than a small root's whole read) are imported only when there is a
 # copy to remove.
-_UNPACK_NAME = re.compile(r"mcpnode-root-(?P<pid>[0-9]{1,10})-")
+_UNPACK_PREFIX = "mcpnode-root-"
+
+
+def _unpack_pid(entry: str) -> int | None:
+    """The pid in an unpacked copy's name (`mcpnode-root-PID-...`, PID 1 to 10 ASCII digits),
+    or None for any other name. String tests: re is not imported to open a tarball."""
+    if not entry.startswith(_UNPACK_PREFIX):
+        return None
+    pid, dash, _rest = entry[len(_UNPACK_PREFIX) :].partition("-")
+    if not dash or not (0 < len(pid) <= 10 and pid.isascii() and pid.isdigit()):
+        return None
+    return int(pid)
 
 
 def _temp_dir() -> str:
@@ -875,8 +899,8 @@ def _remove_stale_unpacks() -> None:
     except OSError:
         return
     for entry in entries:
-        m = _UNPACK_NAME.match(entry)
-        if m is None or _pid_running(int(m.group("pid"))):
+        pid = _unpack_pid(entry)
+        if pid is None or _pid_running(pid):
             continue
         path = os.path.join(base, entry)
         try:

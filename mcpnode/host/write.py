@@ -24,16 +24,20 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import functools
 import os
-import re
 import stat
-from collections.abc import Iterator
 
 from mcpnode.errors import HostError, LockBusy, PathNotFound, Untrusted, WriteError
 from mcpnode.host.read import HostReads
 from mcpnode.host.root import _split
 from mcpnode.host.translate import _translate_write
 from mcpnode.host.trust import _mode_problem, _pid_running, _untrusted_dirs
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Iterator
 
 # The crash-test hook (module docstring). Counted per process, across every Host object, because
 # the journal may live under a different Host (--state-dir) than the sysctls it protects.
@@ -43,7 +47,16 @@ _writes_done = 0
 # Our temporary files: `.NAME.PID.RANDHEX.tmp` (write_file_atomic: a pid as the kernel prints
 # it, no leading zero, and os.urandom(4).hex()). Tarball copies `mcpnode-root-PID-*` in the
 # temporary directory (Host on a tarball) are host/root.py's.
-_TMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z")
+
+
+@functools.cache
+def _tmp_name() -> re.Pattern[str]:
+    """Compiled at the first sweep, not at import: commands that write nothing never import re."""
+    import re
+
+    return re.compile(r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z")
+
+
 # A lock file holds one JSON line naming its holder.
 _LOCK_INFO_LIMIT = 4096
 _LOCK_POLL_S = 0.02
@@ -75,7 +88,7 @@ def _remove_stale_temps(dir_fs: str, name: str) -> int:
         return 0
     removed = 0
     for entry in entries:
-        m = _TMP_NAME.match(entry)
+        m = _tmp_name().match(entry)
         if m is None or m.group("name") != name or _pid_running(int(m.group("pid"))):
             continue
         path = f"{dir_fs.rstrip('/')}/{entry}"

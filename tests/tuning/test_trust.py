@@ -345,6 +345,33 @@ def test_a_killed_runs_unpacked_tarball_is_removed(tmp_path: Path) -> None:
         alive.rmdir()
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mcpnode-root-123-abc",
+        "mcpnode-root-1-",
+        "mcpnode-root-1234567890-x",
+        "mcpnode-root-12345678901-x",  # 11 digits: not a pid this wrote
+        "mcpnode-root--x",
+        "mcpnode-root-12",
+        "mcpnode-root-12x-",
+        "mcpnode-root-\u0661\u0662-x",  # Arabic-Indic digits: [0-9] refuses them
+        "mcpnode-root-\u00b2-x",  # superscript two: isdigit() alone takes it
+        "mcpnode-root-+1-x",
+        "mcpnode-root-1_0-x",
+        "xmcpnode-root-1-",
+        "mcpnode-root-007-x",
+    ],
+)
+def test_unpacked_copy_names_as_the_pattern_read_them(name: str) -> None:
+    import re
+
+    from mcpnode.host.tarball import _unpack_pid
+
+    m = re.match(r"mcpnode-root-(?P<pid>[0-9]{1,10})-", name)
+    assert _unpack_pid(name) == (None if m is None else int(m.group("pid")))
+
+
 def test_read_trusted_refuses_what_others_control(tmp_path: Path) -> None:
     d = tmp_path / "d"
     d.mkdir()
