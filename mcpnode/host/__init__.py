@@ -26,7 +26,10 @@ and beside them:
     types.py     the values Host hands out
 
 The read path imports no more than it uses: subprocess, shutil, ctypes, platform, tempfile and
-the compressors are imported inside the calls that need them.
+the compressors are imported inside the calls that need them, and neither typing nor re is
+imported at all (codec/typenames.py says why). The roles (roles.py: runtime-checkable Protocols,
+so typing's) are imported at their first use as `mcpnode.host.HostReader`, which code on the
+`topo` path does only under TYPE_CHECKING.
 """
 
 from __future__ import annotations
@@ -37,14 +40,13 @@ from mcpnode.host.kmsg import (
     HostKmsg,
     KmsgStream,
 )
-from mcpnode.host.process import MPOL_MODES, MempolicyMode
+from mcpnode.host.process import MPOL_MODES
 from mcpnode.host.read import (
     FILE_READ_LIMIT,
     PROCFS_READ_LIMIT,
     SYSFS_READ_LIMIT,
     read_limit,
 )
-from mcpnode.host.roles import HostProcess, HostReader, HostWriter
 from mcpnode.host.types import (
     CommandResult,
     Entry,
@@ -55,6 +57,10 @@ from mcpnode.host.types import (
     Recording,
 )
 from mcpnode.host.write import FAULT_ENV, STOP_ENV
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from mcpnode.host.roles import HostProcess, HostReader, HostWriter
 
 __all__ = [
     "FAULT_ENV",
@@ -75,7 +81,6 @@ __all__ = [
     "KmsgRead",
     "KmsgScan",
     "KmsgStream",
-    "MempolicyMode",
     "NodeMemory",
     "Recording",
     "read_limit",
@@ -85,3 +90,12 @@ __all__ = [
 class Host(HostKmsg):
     """A machine, live (`root="/"`) or recorded (a directory or tarball): the one object passed
     to everything that reads or changes the machine. See the module docstring for its parts."""
+
+
+def __getattr__(name: str) -> object:
+    """The roles, imported at their first use (module docstring; PEP 562)."""
+    if name in ("HostProcess", "HostReader", "HostWriter"):
+        from mcpnode.host import roles
+
+        return getattr(roles, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,8 +26,6 @@ import contextlib
 import errno as errno_mod
 import os
 import stat
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from mcpnode.errors import (
     HostError,
@@ -45,7 +43,10 @@ from mcpnode.host.translate import _translate
 from mcpnode.host.trust import _mode_problem
 from mcpnode.host.types import Entry, FileStat
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from mcpnode.host.tarball import ArchiveBackend
 
 _READ_CHUNK = 65536

@@ -21,21 +21,23 @@ import contextlib
 import errno as errno_mod
 import os
 import stat
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, TypeVar
 
 from mcpnode.errors import AccessDenied, RootError, SymlinkLoop
 from mcpnode.host.backend import OS, Backend
 from mcpnode.host.translate import _translate
 from mcpnode.host.types import Recording
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import TypeVar
+
     from mcpnode.host.tarball import ArchiveBackend
+
+    _H = TypeVar("_H", bound="HostRoot")
 
 # Linux's own limit on symlinks followed in one lookup (fs/namei.c MAXSYMLINKS = 40).
 _MAX_SYMLINK_HOPS = 40
-
-_H = TypeVar("_H", bound="HostRoot")
 
 
 def _split(logical: str) -> list[str]:
