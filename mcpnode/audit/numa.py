@@ -6,13 +6,17 @@ automatic NUMA balancing, which NVIDIA advises disabling (CUDA C++ Best Practice
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mcpnode.audit import paths
 from mcpnode.audit.context import AuditContext
 from mcpnode.audit.facts import FileRead, file_evidence, read_file, unreadable_finding
 from mcpnode.audit.model import Evidence, Finding, Status, skipped
 from mcpnode.host import HostReader
-from mcpnode.topology.model import NumaSource, PciAddress
+from mcpnode.topology.model import PciAddress
+
+if TYPE_CHECKING:
+    from mcpnode.topology.model import NumaSource
 
 
 @dataclass(frozen=True)

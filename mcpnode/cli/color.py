@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, TypeVar
+
     import click
 
-F = TypeVar("F", bound=Callable[..., Any])  # cli/options.py's, which imports click
+    F = TypeVar("F", bound=Callable[..., Any])  # cli/options.py's, which imports click
 
 CHOICES = ("auto", "always", "never")
 

@@ -7,14 +7,15 @@ line and still lists the GPUs from sysfs, with the PCIe link read from sysfs.
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from typing import Any
-
+from mcpnode.codec import jsonout
 from mcpnode.codec.printable import printable
+from mcpnode.codec.record import record
 from mcpnode.topology.jsonify import jsonable
 from mcpnode.topology.model import Gpu, NvmlGpu, Problem, Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_VERSION = "mcpnode.gpus/v1"
 
@@ -25,7 +26,7 @@ _GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 _GPU_CODES = ("gpu.", "nvlink.", "nvml.")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pcie:
     """The PCIe link as shown: NVML's figures when NVML gave any, else sysfs's (`source`)."""
 
@@ -36,7 +37,7 @@ class Pcie:
     width_max: int | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvLinks:
     """`supported` False: NVML says the GPU has no NVLink (NotSupported on link 0). None: not
     known (no NVML facts, GPU lost). `unreadable`: links whose state query failed."""
@@ -78,7 +79,10 @@ def nvlinks(facts: NvmlGpu | None) -> NvLinks:
     if "nvlink" in why:
         return NvLinks(None, None, None, 0)
     # `nvlinkN` (state query failed) is skipped by the collector; `nvlinkN.version` etc. are not.
-    unreadable = sum(1 for fact, _ in facts.unavailable if re.fullmatch(r"nvlink\d+", fact))
+    # isdecimal() is re's \d (Unicode Nd), without importing re into `gpus`.
+    unreadable = sum(
+        1 for fact, _ in facts.unavailable if fact[:6] == "nvlink" and fact[6:].isdecimal()
+    )
     return NvLinks(True, facts.active_links, len(facts.nvlinks), unreadable)
 
 
@@ -122,7 +126,7 @@ def gpus_json(topo: Topology) -> dict[str, Any]:
 
 
 def as_json(topo: Topology) -> str:
-    return json.dumps(gpus_json(topo), indent=2)
+    return jsonout.dumps(gpus_json(topo))  # json.dumps(..., indent=2)'s bytes
 
 
 # -- text ----------------------------------------------------------------------------------------

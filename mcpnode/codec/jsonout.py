@@ -18,9 +18,15 @@ documents written here are trees built for output.
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring, encode_basestring_ascii
-from typing import TYPE_CHECKING
+try:
+    # json.encoder's own C string encoders, from the accelerator it takes them from
+    # (Lib/json/encoder.py): importing json.encoder imports re for its pure-Python fallbacks,
+    # which `topo` would otherwise never load (codec/typenames.py says what that costs).
+    from _json import encode_basestring, encode_basestring_ascii
+except ImportError:  # an interpreter without the accelerator: json's own fallbacks
+    from json.encoder import encode_basestring, encode_basestring_ascii
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

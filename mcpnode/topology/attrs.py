@@ -5,15 +5,18 @@ attributes (caches.py, rdmaports.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TypeVar
-
 from mcpnode.errors import HostError
-from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.sysfs import Problems
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import TypeVar
+
+    from mcpnode.host import HostReader
+
+    T = TypeVar("T")
 
 
 def read_attrs(

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from mcpnode.codec.record import replace
-from mcpnode.host import HostReader
 from mcpnode.topology import sysfs
 from mcpnode.topology.caches import read_caches
 from mcpnode.topology.gpumem import read_gpu_memory_nodes
@@ -31,7 +30,6 @@ from mcpnode.topology.model import (
     Gpu,
     Nic,
     NumaNode,
-    NumaSource,
     Nvme,
     NvmlGpu,
     NvmlState,
@@ -41,10 +39,16 @@ from mcpnode.topology.model import (
     Topology,
 )
 from mcpnode.topology.nvmens import read_namespaces
-from mcpnode.topology.nvml import GpuBackend, open_backend
+from mcpnode.topology.nvml import open_backend
 from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.rdmaports import read_rdma_ports
 from mcpnode.topology.sysfs import Problems, RawNodes, RawPci
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from mcpnode.host import HostReader
+    from mcpnode.topology.model import NumaSource
+    from mcpnode.topology.nvml import GpuBackend
 
 
 def discover(host: HostReader, backend: GpuBackend | None = None) -> Topology:

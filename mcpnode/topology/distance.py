@@ -27,11 +27,13 @@ them (tests/fixtures/hosts/).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from mcpnode.topology.model import PciAddress, PciDevice
 
-Bucket = Literal["X", "PIX", "PXB", "PHB", "NODE", "SYS"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Bucket = Literal["X", "PIX", "PXB", "PHB", "NODE", "SYS"]
 
 # Smaller is closer. Used to rank NICs for a GPU.
 RANK: dict[str, int] = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}

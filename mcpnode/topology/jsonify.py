@@ -3,9 +3,6 @@ record classes' fields, collections are already sorted, so two runs on one machi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from mcpnode.codec.record import fields, is_record
 from mcpnode.topology.model import (
     SCHEMA_VERSION,
@@ -17,6 +14,11 @@ from mcpnode.topology.model import (
     Topology,
 )
 from mcpnode.topology.pciclass import class_name
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 # Ids printed the way lspci and sysfs print them.
 _HEX4 = frozenset(

@@ -10,9 +10,6 @@ value types built at import for a fraction of dataclasses' cost at run time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
-
 from mcpnode.codec.cpus import format_list
 from mcpnode.codec.record import record
 
@@ -28,15 +25,22 @@ NVME_CLASS = 0x0108  # mass storage / non-volatile memory controller
 # 0x0280 "other" (some SmartNICs / DPUs).
 NIC_CLASSES = frozenset({0x0200, 0x0207, 0x0280})
 
-NumaSource = Literal[
-    "own",
-    "ancestor",
-    "nvml-memory-affinity",
-    "nvml-cpu-affinity",
-    "host-bridge",
-    "local-cpus",
-    "unknown",
-]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Literal
+
+    # Where a device's NUMA node came from: the type checker's alone (`import typing` costs a
+    # `topo` run more than the check is worth at run time).
+    NumaSource = Literal[
+        "own",
+        "ancestor",
+        "nvml-memory-affinity",
+        "nvml-cpu-affinity",
+        "host-bridge",
+        "local-cpus",
+        "unknown",
+    ]
 
 
 class CpuSet(frozenset[int]):

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
-from collections.abc import Callable
-from typing import Any, Protocol
 
 from mcpnode.codec.record import record
+from mcpnode.codec.typenames import Protocol
 from mcpnode.errors import HostError, McpnodeError
-from mcpnode.host import HostReader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from mcpnode.host import HostReader
 
 # Where a snapshot keeps what cannot be a file (written by mcpnode/snapshot.py).
 SNAPSHOT_META = "/mcpnode-snapshot.json"
@@ -485,6 +489,8 @@ def open_backend(host: HostReader) -> GpuBackend:
     if text is None:
         return RecordedNvml(None, "not a mcpnode snapshot (no mcpnode-snapshot.json)")
     try:
+        import json  # a snapshot's: a live host or a plain dump has none to read
+
         meta = json.loads(text)
         nvml = meta.get("nvml")
         calls = None if nvml is None else list(nvml["calls"])

@@ -6,9 +6,6 @@ Each getter names its `nvidia-smi -q` equivalent, so a reader can check a value 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 from mcpnode.topology.model import (
     CpuSet,
     GpuProcess,
@@ -29,7 +26,12 @@ from mcpnode.topology.nvml import (
     NvmlNotSupported,
 )
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 # NVML_NVLINK_MAX_LINKS in NVML 13 (was 6/12/18 in older bindings): an upper bound only.
 MAX_NVLINKS = 36

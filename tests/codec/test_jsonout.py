@@ -104,3 +104,26 @@ def test_what_json_refuses_is_refused_alike(doc: Any) -> None:
     with pytest.raises(TypeError) as ours:
         jsonout.dumps(doc)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_without_the_c_accelerator_it_writes_the_same() -> None:
+    """An interpreter without `_json` (its import fails): json.encoder's pure-Python string
+    encoders, the same text as json.dumps (which uses the same fallbacks there)."""
+    import subprocess
+    import sys
+
+    doc = {"s": _STRINGS, "n": [1, 2.5, None, True], "nested": {"k": ["é", "中文"]}}
+    code = (
+        "import sys; sys.modules['_json'] = None\n"
+        "import json\n"
+        "from mcpnode.codec import jsonout\n"
+        "assert jsonout.encode_basestring_ascii is json.encoder.py_encode_basestring_ascii\n"
+        f"doc = json.loads({json.dumps(json.dumps(doc))})\n"
+        "for ascii in (True, False):\n"
+        "    assert jsonout.dumps(doc, ensure_ascii=ascii) == json.dumps(\n"
+        "        doc, indent=2, ensure_ascii=ascii\n"
+        "    )\n"
+        "print(len(jsonout.dumps(doc)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == f"{len(json.dumps(doc, indent=2))}\n"

@@ -12,7 +12,7 @@ import contextlib
 import ctypes
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
@@ -26,7 +26,6 @@ from mcpnode.topology.model import (
     CpuSet,
     Gpu,
     NumaNode,
-    NumaSource,
     NvmlGpu,
     NvmlState,
     PciAddress,
@@ -52,6 +51,9 @@ from mcpnode.topology.nvml import (
 from mcpnode.topology.nvml_facts import collect
 from mcpnode.topology.sysfs import Problems
 from tools.fixturegen import fixturegen, nvmlgen
+
+if TYPE_CHECKING:
+    from mcpnode.topology.model import NumaSource
 
 TESTS = Path(__file__).resolve().parents[1]
 HOSTS = TESTS / "fixtures" / "hosts"
