@@ -7,14 +7,14 @@ fewer into numbers no kernel answers. Here a decimal is at most `max_digits` dig
 
 from __future__ import annotations
 
-import re
-
 __all__ = [
     "BoundError",
+    "is_digits",
+    "is_hex",
     "parse_decimal",
 ]
 
-_DECIMAL = re.compile(r"-?[0-9]+\Z", re.ASCII)
+_HEX_DIGITS = "0123456789abcdefABCDEF"
 
 
 class BoundError(ValueError):
@@ -26,6 +26,20 @@ def _clip(text: str, limit: int = 60) -> str:
     return repr(t if len(t) <= limit else t[:limit] + "…")
 
 
+def is_digits(text: str, least: int = 1, most: int = 1 << 62) -> bool:
+    """Whether `text` is `least` (at least 1) to `most` ASCII digits: what `[0-9]{least,most}`
+    fullmatches, without importing `re` (the parsers of discovery run at every `mcpnode topo`).
+    Not `str.isdigit()` alone: it also takes "²" and "١", and `int()` takes "١", "1_0" and
+    surrounding whitespace."""
+    return least <= len(text) <= most and text.isascii() and text.isdigit()
+
+
+def is_hex(text: str, least: int = 1, most: int = 1 << 62) -> bool:
+    """Whether `text` is `least` (at least 1) to `most` ASCII hex digits, either case: what
+    `[0-9a-fA-F]{least,most}` fullmatches (`int(text, 16)` also takes "0x", "_" and spaces)."""
+    return least <= len(text) <= most and not text.strip(_HEX_DIGITS)
+
+
 def parse_decimal(
     text: str, *, max_digits: int = 20, minimum: int | None = None, maximum: int | None = None
 ) -> int:
@@ -33,7 +47,7 @@ def parse_decimal(
     `max_digits` digits (20: every 64-bit value) and inside [minimum, maximum] when given.
     Raises BoundError."""
     t = text.strip()
-    if not _DECIMAL.match(t):
+    if not is_digits(t[1:] if t[:1] == "-" else t):
         raise BoundError(f"not an integer: {_clip(text)}")
     if len(t.lstrip("-")) > max_digits:
         raise BoundError(f"integer of {len(t.lstrip('-'))} digits (at most {max_digits})")

@@ -16,10 +16,11 @@ kernel's 32-bit ones (tuning) or may be any width (discovery). Every refusal is 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from mcpnode.codec.bounded import BoundError, _clip, is_digits, is_hex
 
-from mcpnode.codec.bounded import BoundError, _clip
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "MAX_CPU",
@@ -36,11 +37,28 @@ MAX_CPU = 1 << 16
 # A sysfs attribute fills at most one page, 64 KiB at most (fs/sysfs/file.c); the longest real
 # cpulist (every other CPU of 16384) is about 44 KiB.
 MAX_CPULIST_BYTES = 64 << 10
-_PART = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7})/([0-9]{1,7}))?)?\Z", re.ASCII)
-# One 32-bit word of a bitmap as the kernel prints it (%*pb, lib/bitmap-str.c): the most
-# significant word may have fewer than 8 digits.
-_WORD = re.compile(r"[0-9a-fA-F]{1,8}\Z", re.ASCII)
-_DIGITS = re.compile(r"[0-9a-fA-F]+\Z", re.ASCII)
+# An id of a list is 1 to 7 ASCII digits: past MAX_CPU, and never a 4,300-digit int().
+_ID_DIGITS = 7
+
+
+def _part(text: str) -> tuple[str, str | None, str | None, str | None] | None:
+    """One comma-separated part of a list, `lo`, `lo-hi` or `lo-hi:used/group`, as its ids'
+    digits (None for those it lacks); None when it is not one of the three forms (each id 1 to 7
+    ASCII digits, nothing else, no whitespace inside)."""
+    lo, dash, rest = text.partition("-")
+    if not is_digits(lo, 1, _ID_DIGITS):
+        return None
+    if not dash:
+        return lo, None, None, None
+    hi, colon, rest = rest.partition(":")
+    if not is_digits(hi, 1, _ID_DIGITS):
+        return None
+    if not colon:
+        return lo, hi, None, None
+    used, slash, group = rest.partition("/")
+    if slash and is_digits(used, 1, _ID_DIGITS) and is_digits(group, 1, _ID_DIGITS):
+        return lo, hi, used, group
+    return None
 
 
 def parse_list(text: str, *, limit: int = MAX_CPU, groups: bool = True) -> frozenset[int]:
@@ -58,21 +76,21 @@ def parse_list(text: str, *, limit: int = MAX_CPU, groups: bool = True) -> froze
     plain: list[tuple[int, int]] = []
     strided: set[tuple[int, int, int, int]] = set()
     for part in t.split(","):
-        m = _PART.match(part.strip())
-        if m is None or (m.group(3) is not None and not groups):
+        m = _part(part.strip())
+        if m is None or (m[2] is not None and not groups):
             raise BoundError(f"not a cpu list: {_clip(text)}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
+        lo = int(m[0])
+        hi = int(m[1]) if m[1] is not None else lo
         if hi < lo:
             raise BoundError(f"bad cpu range {part.strip()!r}: reversed")
         if hi >= limit:
             raise BoundError(
                 f"cpu {hi} in {part.strip()!r} is past the last possible cpu {limit - 1}"
             )
-        if m.group(3) is None:
+        if m[2] is None or m[3] is None:
             plain.append((lo, hi))
             continue
-        used, group = int(m.group(3)), int(m.group(4))
+        used, group = int(m[2]), int(m[3])
         if used == 0 or group == 0 or used > group:
             raise BoundError(f"bad cpu range stride {part.strip()!r}")
         strided.add((lo, hi, used, group))
@@ -121,10 +139,12 @@ def parse_mask(text: str, *, limit: int = MAX_CPU, any_width: bool = False) -> f
     t = text.strip()
     if any_width:
         digits = t.replace(",", "")
-        ok = _DIGITS.match(digits) is not None
+        ok = is_hex(digits)
     else:
         words = t.split(",") if t else []
-        ok = bool(words) and all(_WORD.match(w) for w in words)
+        # One 32-bit word of a bitmap as the kernel prints it (%*pb, lib/bitmap-str.c): the most
+        # significant word may have fewer than 8 digits.
+        ok = bool(words) and all(is_hex(w, 1, 8) for w in words)
         digits = "".join(w.rjust(8, "0") for w in words) if ok else ""
     if not ok:
         raise BoundError(f"not a hex cpu mask: {_clip(text)}")

@@ -29,15 +29,17 @@ Rules, in the order the reader applies them:
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-
+from mcpnode.codec.bounded import is_digits
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.attrs import attr_parsed, attr_text, read_attrs
 from mcpnode.topology.model import Cache, CpuSet, CpuTopology
 from mcpnode.topology.sysfs import SYS_CPU, Problems, read_parsed
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 LEVELS = frozenset({2, 3})
 KINDS = frozenset({"Unified", "Data"})
@@ -46,18 +48,18 @@ MAX_INDEXES = 16
 _MAX_U32 = (1 << 32) - 1
 _ATTRS = frozenset({"level", "type", "shared_cpu_list", "size", "id"})
 _NOTHING: frozenset[str] = frozenset()
-_INDEX_DIR = re.compile(r"index([0-9]{1,2})", re.ASCII)
-_SIZE = re.compile(r"([0-9]{1,10})([KMG]?)", re.ASCII)
 _SCALE = {"": 1, "K": 1, "M": 1 << 10, "G": 1 << 20}
 
 
 def parse_cache_size_kib(text: str) -> int:
     """`size`: the kernel prints KiB with a `K` (`5118K`, cacheinfo.c size_show); `M` and `G`
     and a bare number (KiB) are taken too. At most 2^32 - 1 KiB. Raises ParseError."""
-    m = _SIZE.fullmatch(text.strip())
-    if m is None:
+    t = text.strip()
+    unit = t[-1:] if t[-1:] in _SCALE else ""
+    digits = t[: len(t) - len(unit)]
+    if not is_digits(digits, 1, 10):  # the former pattern `([0-9]{1,10})([KMG]?)`, fullmatched
         raise parse.ParseError(f"not a cache size: {text.strip()[:40]!r}")
-    value = int(m.group(1)) * _SCALE[m.group(2)]
+    value = int(digits) * _SCALE[unit]
     if value > _MAX_U32:
         raise parse.ParseError(f"cache size out of range: {text.strip()[:40]!r}")
     return value
@@ -104,7 +106,7 @@ def read_caches(
             problems.add("cache.unreadable", base, f"{type(err).__name__}: {err.detail}")
             continue
         indexes = sorted(
-            (int(m.group(1)), name) for name in subdirs if (m := _INDEX_DIR.fullmatch(name))
+            (index, name) for name in subdirs if (index := _index_number(name)) is not None
         )
         if len(indexes) > MAX_INDEXES:
             problems.add(
@@ -154,6 +156,12 @@ def read_caches(
                 of_level[c] = mine
             covered.setdefault(name, set()).update(entry.cpus)
     return tuple(sorted(found.values(), key=lambda c: (c.level, min(c.cpus))))
+
+
+def _index_number(name: str) -> int | None:
+    """M of an `indexM` directory, M one or two ASCII digits, else None: the former pattern
+    `index([0-9]{1,2})`, fullmatched."""
+    return int(name[5:]) if name.startswith("index") and is_digits(name[5:], 1, 2) else None
 
 
 def _level_outside(text: str | HostError | None) -> bool:

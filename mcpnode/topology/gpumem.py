@@ -14,8 +14,6 @@ the driver's view for roots without NVML answers (hwloc's dumps) and a cross-che
 
 from __future__ import annotations
 
-import re
-
 from mcpnode.errors import HostError
 from mcpnode.host import HostReader
 from mcpnode.topology import parse
@@ -23,15 +21,33 @@ from mcpnode.topology.model import PciAddress
 from mcpnode.topology.sysfs import MAX_NUMNODES, PROC_NVIDIA_GPUS, Problems
 
 _LIMIT = 4096  # the file is five short lines
-_FIELD = re.compile(r"^(Node|Status):[ \t]*(\S*)[ \t]*$", re.ASCII | re.MULTILINE)
+_FIELDS = ("Node", "Status")
+# What `\S` does not match with re.ASCII, besides the newline that ends a line.
+_NOT_VALUE = " \t\r\x0b\x0c"
+
+
+def _fields(text: str) -> list[tuple[str, str]]:
+    """(field, value) of every line that is `Node:` or `Status:`, spaces and tabs, one value
+    without ASCII whitespace (or none), spaces and tabs: the former pattern
+    `^(Node|Status):[ \\t]*(\\S*)[ \\t]*$` with re.ASCII and re.MULTILINE, whose lines end at
+    "\\n" only."""
+    out = []
+    for line in text.split("\n"):
+        field, colon, rest = line.partition(":")
+        if not colon or field not in _FIELDS:
+            continue
+        value = rest.strip(" \t")
+        if not any(c in value for c in _NOT_VALUE):
+            out.append((field, value))
+    return out
 
 
 def parse_numa_status(text: str) -> tuple[int | None, str]:
     """(node, status) from `numa_status`: the node None when it is -1 (not a NUMA node).
     Raises ParseError when `Node` or `Status` is missing, repeated or out of range."""
     found: dict[str, list[str]] = {}
-    for m in _FIELD.finditer(text):
-        found.setdefault(m.group(1), []).append(m.group(2))
+    for field, value in _fields(text):
+        found.setdefault(field, []).append(value)
     if len(found.get("Node", ())) != 1 or len(found.get("Status", ())) != 1:
         raise parse.ParseError(f"not a numa_status file: {text.strip()[:60]!r}")
     node_text, status = found["Node"][0], found["Status"][0]

@@ -11,8 +11,7 @@ problem naming the file.
 
 from __future__ import annotations
 
-import re
-
+from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.record import replace
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
@@ -21,7 +20,31 @@ from mcpnode.topology.model import Nvme, NvmeNamespace, PciAddress, PciDevice
 from mcpnode.topology.sysfs import Problems, read_parsed
 
 MAX_NAMESPACES = 256
-_NS_DIR = re.compile(r"(nvme[0-9]{1,5})(?:c[0-9]{1,5})?(n[0-9]{1,5})", re.ASCII)
+
+
+def _shown(name: str) -> str | None:
+    """The visible name `nvme<C>n<N>` of a block device directory: itself, or that of the
+    multipath path device `nvme<C>c<P>n<N>` (each number 1 to 5 ASCII digits, as written);
+    None for anything else. The former pattern `(nvme[0-9]{1,5})(?:c[0-9]{1,5})?(n[0-9]{1,5})`,
+    fullmatched, its two groups joined."""
+    if not name.startswith("nvme"):
+        return None
+    head, n, namespace = name[4:].partition("n")
+    controller, c, path = head.partition("c")
+    if (
+        n
+        and is_digits(controller, 1, 5)
+        and (not c or is_digits(path, 1, 5))
+        and is_digits(namespace, 1, 5)
+    ):
+        return f"nvme{controller}n{namespace}"
+    return None
+
+
+def _key(shown: str) -> tuple[int, int]:
+    """A visible name's (controller, namespace) numbers, for their order."""
+    controller, _, namespace = shown[4:].partition("n")
+    return int(controller), int(namespace)
 
 
 def read_namespaces(
@@ -49,21 +72,16 @@ def read_namespaces(
             continue
         found: dict[str, NvmeNamespace] = {}
         for name in sorted(names):
-            m = _NS_DIR.fullmatch(name)
-            if m is None or len(found) >= MAX_NAMESPACES:
+            shown = _shown(name)
+            if shown is None or len(found) >= MAX_NAMESPACES:
                 continue
             sectors = read_parsed(host, f"{base}/{name}/size", parse.parse_int, problems)
             if sectors is not None and sectors < 0:
                 problems.add("read.garbage", f"{base}/{name}/size", "a negative size")
                 sectors = None
-            shown = m.group(1) + m.group(2)
             found.setdefault(
                 shown, NvmeNamespace(shown, None if sectors is None else sectors * 512)
             )
         namespaces = tuple(sorted(found.values(), key=lambda n: _key(n.name)))
         out.append(replace(nv, namespaces=namespaces) if namespaces else nv)
     return tuple(out)
-
-
-def _key(name: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"[0-9]+", name))

@@ -3,12 +3,21 @@ tests/topology/test_parse.py. Each raises ParseError (a ValueError) with the off
 
 from __future__ import annotations
 
-import re
-
 from mcpnode.codec import cpus
-from mcpnode.codec.bounded import BoundError, parse_decimal
+from mcpnode.codec.bounded import BoundError, is_digits, is_hex, parse_decimal
 from mcpnode.errors import McpnodeError
 from mcpnode.topology.model import CpuSet, PciAddress
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# No `re` here: these parsers run at every `mcpnode topo`, and `re` with its compiles is a few
+# ms of a run that hwloc's lstopo finishes in about ten. Each former pattern is noted where
+# its code is; tests/topology/test_parse_noregex.py holds them and checks the code against them.
+
+# What `\s` matches in a pattern with re.ASCII.
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
 
 
 class ParseError(McpnodeError, ValueError):
@@ -32,7 +41,7 @@ def parse_int(text: str, max_digits: int = 20) -> int:
 def parse_hex(text: str) -> int:
     """A `0x10de`-style id (`vendor`, `device`, `class`)."""
     t = text.strip()
-    if not re.fullmatch(r"0[xX][0-9a-fA-F]+", t):
+    if not (t[:2] in ("0x", "0X") and is_hex(t[2:])):  # `0[xX][0-9a-fA-F]+`
         raise ParseError(f"not a 0x-prefixed hex id: {_clip(text)!r}")
     return int(t, 16)
 
@@ -44,6 +53,24 @@ def parse_cpulist(text: str, limit: int = cpus.MAX_CPU) -> CpuSet:
         return CpuSet(cpus.parse_list(text, limit=limit))
     except BoundError as err:
         raise ParseError(str(err)) from None
+
+
+def cpulist_within(limit: int) -> Callable[[str], CpuSet]:
+    """parse_cpulist with `limit` given: one parser object (read_parsed's, or a memo's key)."""
+
+    def parse_within(text: str) -> CpuSet:
+        return parse_cpulist(text, limit)
+
+    return parse_within
+
+
+def cpumask_within(limit: int) -> Callable[[str], CpuSet]:
+    """parse_cpumask with `limit` given, as cpulist_within."""
+
+    def parse_within(text: str) -> CpuSet:
+        return parse_cpumask(text, limit)
+
+    return parse_within
 
 
 def parse_cpumask(text: str, limit: int = cpus.MAX_CPU) -> CpuSet:
@@ -82,13 +109,44 @@ def parse_distances(text: str) -> tuple[int, ...]:
 
 def parse_node_meminfo_total_kib(text: str) -> int:
     """MemTotal from `nodeN/meminfo` (`Node 0 MemTotal:       16746352 kB`)."""
-    m = re.search(r"^Node\s+[0-9]+\s+MemTotal:\s+([0-9]+)\s*kB", text, re.MULTILINE | re.ASCII)
-    if not m:
+    kib = _node_memtotal(text)
+    if kib is None:
         raise ParseError("no 'Node N MemTotal: ... kB' line in node meminfo")
-    return parse_int(m.group(1))
+    return parse_int(kib)
 
 
-_SPEED_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s(?:\s+PCIe)?\s*$")
+def _node_memtotal(text: str) -> str | None:
+    """The digits of the first line (from its start; any text may follow) that reads `Node`,
+    ASCII whitespace, digits, ASCII whitespace, `MemTotal:`, ASCII whitespace, digits, optional
+    ASCII whitespace, `kB`: the former pattern `^Node\\s+[0-9]+\\s+MemTotal:\\s+([0-9]+)\\s*kB`
+    searched with re.MULTILINE and re.ASCII. Its whitespace may run over line ends, as `\\s`
+    did. Linear: a try reads past no other line that starts with `Node`."""
+    at = 0
+    while (at := text.find("Node", at)) >= 0:
+        if at == 0 or text[at - 1] == "\n":
+            i = _run(text, at + 4, _ASCII_SPACE, 1)
+            i = _run(text, i, _DIGITS, 1) if i else 0
+            i = _run(text, i, _ASCII_SPACE, 1) if i else 0
+            if i and text.startswith("MemTotal:", i):
+                start = _run(text, i + 9, _ASCII_SPACE, 1)
+                end = _run(text, start, _DIGITS, 1) if start else 0
+                if end and text.startswith("kB", _run(text, end, _ASCII_SPACE, 0)):
+                    return text[start:end]
+        at += 4
+    return None
+
+
+_DIGITS = "0123456789"
+
+
+def _run(text: str, i: int, chars: str, least: int) -> int:
+    """The index past the run of `chars` that starts at `i` in `text`; 0 when it is shorter
+    than `least` (never a run's end: every run here follows something)."""
+    j = i
+    n = len(text)
+    while j < n and text[j] in chars:
+        j += 1
+    return j if j - i >= least else 0
 
 
 def parse_link_speed(text: str) -> float | None:
@@ -101,10 +159,20 @@ def parse_link_speed(text: str) -> float | None:
     t = text.strip()
     if t.lower().startswith("unknown") or t == "":
         return None
-    m = _SPEED_RE.match(t)
-    if not m:
+    # The former pattern `^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s(?:\s+PCIe)?\s*$` (no re.ASCII:
+    # `\s` was any Unicode space, which is what str.strip() and str.isspace() take). `t` is
+    # stripped, so the leading and trailing spaces and `$`'s final newline are gone already.
+    number, unit, tail = t.partition("GT/s")
+    number = number.rstrip()
+    whole, dot, fraction = number.partition(".")
+    if not (
+        unit
+        and is_digits(whole)
+        and (not dot or is_digits(fraction))
+        and (not tail or (tail.endswith("PCIe") and tail[:-4].isspace()))
+    ):
         raise ParseError(f"not a link speed: {_clip(text)!r}")
-    return float(m.group(1))
+    return float(number)
 
 
 def parse_link_width(text: str) -> int | None:
@@ -125,28 +193,47 @@ def parse_pci_class(text: str) -> tuple[int, int]:
     return value >> 8, value & 0xFF
 
 
-_BDF_RE = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-
-
 def parse_pci_address(text: str) -> PciAddress:
     """`0000:1b:00.0` (sysfs), also NVML's `00000000:1B:00.0` (8-digit domain, upper case)."""
-    m = _BDF_RE.match(text.strip())
-    if not m:
+    t = text.strip()
+    if not is_pci_address(t):
         raise ParseError(f"not a PCI address: {_clip(text)!r}")
-    domain, bus, dev, fn = m.groups()
-    return PciAddress(int(domain, 16), int(bus, 16), int(dev, 16), int(fn))
+    return PciAddress(int(t[:-8], 16), int(t[-7:-5], 16), int(t[-4:-2], 16), int(t[-1]))
 
 
 def is_pci_address(name: str) -> bool:
-    return _BDF_RE.match(name) is not None
+    """`DDDD:BB:DD.F`: a domain of 4 to 8 hex digits, bus and device of 2, a function 0 to 7,
+    what the former pattern `^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\\.([0-7])$`
+    took, one final newline included (`$` matches before it; parse_pci_address strips it)."""
+    if name[-1:] == "\n":
+        name = name[:-1]
+    return (
+        12 <= len(name) <= 16
+        and name[-8] == ":"
+        and name[-5] == ":"
+        and name[-2] == "."
+        and name[-1] in _FUNCTIONS
+        and is_hex(name[-7:-5])
+        and is_hex(name[-4:-2])
+        and is_hex(name[:-8])
+    )
 
 
-_HOST_BRIDGE_RE = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
+_FUNCTIONS = frozenset("01234567")
 
 
 def is_host_bridge_name(name: str) -> bool:
-    """`pci0000:00`, and VMD's nested `pci10000:00` domains."""
-    return _HOST_BRIDGE_RE.match(name) is not None
+    """`pci0000:00`, and VMD's nested `pci10000:00` domains: the former pattern
+    `^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$`, one final newline included (`$` matches before it)."""
+    if name[-1:] == "\n":
+        name = name[:-1]
+    return (
+        10 <= len(name) <= 14
+        and name[-3] == ":"
+        and name.startswith("pci")
+        and is_hex(name[-2:])
+        and is_hex(name[3:-3])
+    )
 
 
 def parse_status_field(status: str, field: str) -> str | None:
@@ -184,7 +271,7 @@ def parse_mounts(text: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
         parts = line.split()
         if len(parts) < 4:
             continue
-        mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])
+        mnt = _unescape_octal(parts[1])
         out.append((parts[0], mnt, parts[2], tuple(parts[3].split(","))))
     return out
 
@@ -202,7 +289,25 @@ def parse_mountinfo(text: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
         rparts = right.split()
         if len(lparts) < 5 or len(rparts) < 1:
             continue
-        mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), lparts[4])
+        mnt = _unescape_octal(lparts[4])
         opts = tuple(rparts[2].split(",")) if len(rparts) > 2 else ()
         out.append((lparts[3], mnt, rparts[0], opts))
     return out
+
+
+def _unescape_octal(text: str) -> str:
+    """Every backslash followed by three octal digits as the character they number, left to
+    right, the result not read again (the former `re.sub(r"\\\\([0-7]{3})", ...)`). String code,
+    not `re`: discovery reads the mount table (sysfs.read_process_cpus, for a root without
+    /proc/self/status), so this runs on `mcpnode topo`'s path."""
+    if "\\" not in text:
+        return text
+    first, *rest = text.split("\\")
+    out = [first]
+    for piece in rest:
+        code = piece[:3]
+        if len(code) == 3 and not code.strip("01234567"):
+            out.append(chr(int(code, 8)) + piece[3:])
+        else:
+            out.append("\\" + piece)
+    return "".join(out)

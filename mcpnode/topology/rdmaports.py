@@ -9,9 +9,7 @@ MAX_PORTS ports per device are read (a ConnectX function has one, a switch ASIC 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
+from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.record import replace
 from mcpnode.errors import HostError, PathNotFound
 from mcpnode.host import HostReader
@@ -20,12 +18,50 @@ from mcpnode.topology.attrs import attr_parsed, read_attrs
 from mcpnode.topology.model import Nic, RdmaPort
 from mcpnode.topology.sysfs import SYS_CLASS_IB, Problems
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 MAX_PORTS = 256
 _ATTRS = frozenset({"state", "rate", "link_layer"})
-_PORT_DIR = re.compile(r"[1-9][0-9]{0,2}", re.ASCII)
-_STATE = re.compile(r"[0-9]{1,2}: ([A-Z_]{1,24})", re.ASCII)
-_RATE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,3})? Gb/sec(?: \([0-9A-Za-z .]{1,24}\))?", re.ASCII)
-_LAYER = re.compile(r"InfiniBand|Ethernet|Unknown", re.ASCII)
+_STATE_NAME = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+_RATE_DETAIL = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz ."
+_LAYERS = frozenset({"InfiniBand", "Ethernet", "Unknown"})
+
+
+def _is_port_dir(name: str) -> bool:
+    """`1` to `999`, no leading zero: the former pattern `[1-9][0-9]{0,2}`, fullmatched."""
+    return is_digits(name, 1, 3) and name[0] != "0"
+
+
+def _state(text: str) -> str | None:
+    """`4: ACTIVE` -> `ACTIVE`: the former pattern `[0-9]{1,2}: ([A-Z_]{1,24})`, fullmatched."""
+    number, sep, name = text.partition(": ")
+    if sep and is_digits(number, 1, 2) and 1 <= len(name) <= 24 and not name.strip(_STATE_NAME):
+        return name
+    return None
+
+
+def _rate(text: str) -> str | None:
+    """`400 Gb/sec (4X NDR)`, itself: the former pattern
+    `[0-9]{1,5}(?:\\.[0-9]{1,3})? Gb/sec(?: \\([0-9A-Za-z .]{1,24}\\))?`, fullmatched."""
+    number, unit, detail = text.partition(" Gb/sec")
+    whole, dot, fraction = number.partition(".")
+    if not (unit and is_digits(whole, 1, 5) and (not dot or is_digits(fraction, 1, 3))):
+        return None
+    if detail and not (
+        detail.startswith(" (")
+        and detail.endswith(")")
+        and 1 <= len(detail) - 3 <= 24
+        and not detail[2:-1].strip(_RATE_DETAIL)
+    ):
+        return None
+    return text
+
+
+def _layer(text: str) -> str | None:
+    """`InfiniBand`, `Ethernet` or `Unknown`, itself."""
+    return text if text in _LAYERS else None
 
 
 def read_rdma_ports(host: HostReader, nics: tuple[Nic, ...], problems: Problems) -> tuple[Nic, ...]:
@@ -46,7 +82,7 @@ def _ports(host: HostReader, device: str, problems: Problems) -> list[RdmaPort]:
     except HostError as err:
         problems.add("rdma.port.unreadable", base, f"{type(err).__name__}: {err.detail}")
         return []
-    numbers = sorted(int(n) for n in names if _PORT_DIR.fullmatch(n))
+    numbers = sorted(int(n) for n in names if _is_port_dir(n))
     if len(numbers) > MAX_PORTS:
         problems.add(
             "rdma.port.too-many", base, f"{len(numbers)} ports; read the first {MAX_PORTS}"
@@ -65,18 +101,18 @@ def _ports(host: HostReader, device: str, problems: Problems) -> list[RdmaPort]:
     return out
 
 
-def _shaped(shape: re.Pattern[str], what: str) -> Callable[[str], str]:
-    """A parser: the stripped text when it has `shape` (its first group when it has one)."""
+def _shaped(shape: Callable[[str], str | None], what: str) -> Callable[[str], str]:
+    """A parser: what `shape` takes of the stripped text, which must have its shape."""
 
     def parse_value(text: str) -> str:
-        m = shape.fullmatch(text.strip())
-        if m is None:
+        value = shape(text.strip())
+        if value is None:
             raise parse.ParseError(f"not a port {what}: {text.strip()[:40]!r}")
-        return m.group(1) if m.groups() else m.group(0)
+        return value
 
     return parse_value
 
 
-_PARSE_STATE = _shaped(_STATE, "state")
-_PARSE_RATE = _shaped(_RATE, "rate")
-_PARSE_LAYER = _shaped(_LAYER, "link layer")
+_PARSE_STATE = _shaped(_state, "state")
+_PARSE_RATE = _shaped(_rate, "rate")
+_PARSE_LAYER = _shaped(_layer, "link layer")

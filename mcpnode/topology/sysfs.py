@@ -8,12 +8,7 @@ the topology.
 
 from __future__ import annotations
 
-import functools
-import re
-from collections import defaultdict
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-
+from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.cpus import MAX_CPU
 from mcpnode.codec.record import record
 from mcpnode.errors import HostError, PathNotFound
@@ -31,7 +26,12 @@ from mcpnode.topology.model import (
     ProcessCpus,
 )
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 SYS_CPU = "/sys/devices/system/cpu"
 SYS_NODE = "/sys/devices/system/node"
@@ -56,9 +56,23 @@ PROC_CPUINFO = "/proc/cpuinfo"
 # (Linux 6.x, mm/Kconfig and arch/*/Kconfig NODES_SHIFT).
 MAX_NUMNODES = 1 << 10
 
-_CPU_DIR = re.compile(r"^cpu([0-9]{1,5})$")
-_NODE_DIR = re.compile(r"^node([0-9]{1,4})$")
-_VIRTIO_DIR = re.compile(r"^virtio\d+$")
+
+def _numbered(name: str, prefix: str, most: int) -> int | None:
+    """N of a `<prefix>N` directory name, N 1 to `most` ASCII digits, else None: the former
+    patterns `^cpu([0-9]{1,5})$` and `^node([0-9]{1,4})$`, whose `$` also took the name with one
+    final newline."""
+    if name[-1:] == "\n":
+        name = name[:-1]
+    digits = name[len(prefix) :]
+    return int(digits) if name.startswith(prefix) and is_digits(digits, 1, most) else None
+
+
+def _is_virtio_dir(name: str) -> bool:
+    """`virtio0`: the former pattern `^virtio\\d+$`, `\\d` any Unicode decimal digit (no
+    re.ASCII; str.isdecimal() takes the same) and one final newline taken by `$`."""
+    if name[-1:] == "\n":
+        name = name[:-1]
+    return name.startswith("virtio") and name[6:].isdecimal()
 
 
 class Problems:
@@ -128,13 +142,13 @@ def read_cpus(host: HostReader, problems: Problems) -> CpuTopology:
     listed: set[int] = set()
     try:
         for e in host.scandir(SYS_CPU):
-            m = _CPU_DIR.match(e.name)
-            if m and (e.is_dir or e.is_symlink):
-                listed.add(int(m.group(1)))
+            cpu = _numbered(e.name, "cpu", 5)
+            if cpu is not None and (e.is_dir or e.is_symlink):
+                listed.add(cpu)
     except HostError as err:
         problems.add("cpu.unreadable", SYS_CPU, f"{type(err).__name__}: {err.detail}")
     possible = read_parsed(host, f"{SYS_CPU}/possible", parse.parse_cpulist, problems)
-    cpulist = functools.partial(parse.parse_cpulist, limit=cpu_limit(possible))
+    cpulist = parse.cpulist_within(cpu_limit(possible))
     present = read_parsed(host, f"{SYS_CPU}/present", cpulist, problems)
     online = read_parsed(host, f"{SYS_CPU}/online", cpulist, problems)
     if present is None:
@@ -207,17 +221,17 @@ def read_nodes(host: HostReader, problems: Problems, cpus_limit: int = MAX_CPU) 
     ids: list[int] = []
     try:
         for e in host.scandir(SYS_NODE):
-            m = _NODE_DIR.match(e.name)
-            if m and e.is_dir:
-                ids.append(int(m.group(1)))
+            node = _numbered(e.name, "node", 4)
+            if node is not None and e.is_dir:
+                ids.append(node)
     except PathNotFound:
         # CONFIG_NUMA=n kernels have no node/ directory: discover treats the machine as one node.
         pass
     except HostError as err:
         problems.add("numa.unreadable", SYS_NODE, f"{type(err).__name__}: {err.detail}")
-    cpulist = functools.partial(parse.parse_cpulist, limit=cpus_limit)
-    cpumask = functools.partial(parse.parse_cpumask, limit=cpus_limit)
-    nodelist = functools.partial(parse.parse_cpulist, limit=MAX_NUMNODES)
+    cpulist = parse.cpulist_within(cpus_limit)
+    cpumask = parse.cpumask_within(cpus_limit)
+    nodelist = parse.cpulist_within(MAX_NUMNODES)
     nodes = []
     for node_id in sorted(ids):
         base = f"{SYS_NODE}/node{node_id}"
@@ -299,7 +313,7 @@ def _process_cpus_from_cgroup(host: HostReader, problems: Problems) -> ProcessCp
             pre = "" if fstype == "cpuset" or "noprefix" in opts else "cpuset."
             candidates.append((mnt, cg, f"{pre}effective_cpus", f"{pre}effective_mems"))
             candidates.append((mnt, cg, f"{pre}cpus", f"{pre}mems"))
-    nodelist = functools.partial(parse.parse_cpulist, limit=MAX_NUMNODES)
+    nodelist = parse.cpulist_within(MAX_NUMNODES)
     for mnt, cg, cpus_file, mems_file in candidates:
         base = mnt.rstrip("/") + ("/" + cg.strip("/") if cg.strip("/") else "")
         cpus = read_parsed(host, f"{base}/{cpus_file}", parse.parse_cpulist, problems)
@@ -410,6 +424,7 @@ def _parse_numa_raw(text: str) -> int:
 
 
 _MISSING = object()
+_NOT_YET: dict[str, str] = {}  # _Values' texts of a parser that has parsed none (never written)
 
 
 class _Values:
@@ -426,11 +441,12 @@ class _Values:
     def __init__(self, problems: Problems, cpus_limit: int = MAX_CPU) -> None:
         self.problems = problems
         # one parser object each, so the memo below is keyed on it once per walk
-        self.cpulist = functools.partial(parse.parse_cpulist, limit=cpus_limit)
-        self.cpumask = functools.partial(parse.parse_cpumask, limit=cpus_limit)
-        # parser -> text -> value; texts the parser refused -> its message
-        self._memo: defaultdict[Callable[[str], object], dict[str, object]] = defaultdict(dict)
-        self._refused: defaultdict[Callable[[str], object], dict[str, str]] = defaultdict(dict)
+        self.cpulist = parse.cpulist_within(cpus_limit)
+        self.cpumask = parse.cpumask_within(cpus_limit)
+        # parser -> text -> value; texts the parser refused -> its message (each parser's dict
+        # made when its first text is)
+        self._memo: dict[Callable[[str], object], dict[str, object]] = {}
+        self._refused: dict[Callable[[str], object], dict[str, str]] = {}
         self._links: dict[tuple[object, ...], PciLink] = {}
         self._functions: dict[tuple[object, ...], tuple[_FunctionValues, tuple[Any, ...]]] = {}
         self._addresses: dict[str, PciAddress | None] = {}
@@ -447,7 +463,7 @@ class _Values:
         text = attrs.get(name)
         if text is None:
             return None
-        value = self._memo[parser].get(text, _MISSING)  # type: ignore[arg-type]
+        value = self._memo.get(parser, _NOT_YET).get(text, _MISSING)  # type: ignore[arg-type]
         if value is _MISSING:
             return self._first(f"{directory}/{name}", text, parser)
         return value  # type: ignore[return-value]  # what `parser` returned for this text
@@ -457,15 +473,15 @@ class _Values:
         if not isinstance(text, str):
             self.problems.add("read.error", path, _why(text))
             return None
-        refused = self._refused[parser].get(text)
+        refused = self._refused.get(parser, _NOT_YET).get(text)
         if refused is None:
             # hwloc-gather-topology dumps end some values with a NUL: see read_parsed.
             try:
                 value = parser(text.split("\x00", 1)[0])
             except parse.ParseError as err:
-                refused = self._refused[parser][text] = str(err)
+                refused = self._refused.setdefault(parser, {})[text] = str(err)
             else:
-                self._memo[parser][text] = value
+                self._memo.setdefault(parser, {})[text] = value
                 return value
         self.problems.add("read.garbage", path, refused)
         return None
@@ -517,17 +533,17 @@ class _Values:
             if not isinstance(text, str):
                 notes.append(("read.error", name, _why(text)))
                 return None
-            value = self._memo[parser].get(text, _MISSING)
+            value = self._memo.get(parser, _NOT_YET).get(text, _MISSING)
             if value is not _MISSING:
                 return value  # type: ignore[return-value]
-            refused = self._refused[parser].get(text)
+            refused = self._refused.get(parser, _NOT_YET).get(text)
             if refused is None:
                 try:
                     value = parser(text.split("\x00", 1)[0])  # NUL: see read_parsed
                 except parse.ParseError as err:
-                    refused = self._refused[parser][text] = str(err)
+                    refused = self._refused.setdefault(parser, {})[text] = str(err)
                 else:
-                    self._memo[parser][text] = value
+                    self._memo.setdefault(parser, {})[text] = value
                     return value
             notes.append(("read.garbage", name, refused))
             return None
@@ -825,7 +841,7 @@ def _read_pci_function(
     for sub in subdirs:
         if ":" in sub:
             kids.append(sub)
-        elif _VIRTIO_DIR.match(sub):
+        elif _is_virtio_dir(sub):
             virtio.append(sub)
     if "net" in subdirs:
         dev.netdevs = _read_netdevs(host, f"{path}/net", values)
