@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from mcpnode.codec.bounded import is_digits
 from mcpnode.errors import HostError, PathNotFound
-from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.attrs import attr_parsed, attr_text, read_attrs
 from mcpnode.topology.model import Cache, CpuSet, CpuTopology
@@ -40,6 +39,8 @@ from mcpnode.topology.sysfs import SYS_CPU, Problems, read_parsed
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from mcpnode.host import HostReader
 
 LEVELS = frozenset({2, 3})
 KINDS = frozenset({"Unified", "Data"})

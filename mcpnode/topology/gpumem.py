@@ -15,10 +15,13 @@ the driver's view for roots without NVML answers (hwloc's dumps) and a cross-che
 from __future__ import annotations
 
 from mcpnode.errors import HostError
-from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.model import PciAddress
 from mcpnode.topology.sysfs import MAX_NUMNODES, PROC_NVIDIA_GPUS, Problems
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from mcpnode.host import HostReader
 
 _LIMIT = 4096  # the file is five short lines
 _FIELDS = ("Node", "Status")

@@ -14,10 +14,13 @@ from __future__ import annotations
 from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.record import replace
 from mcpnode.errors import HostError, PathNotFound
-from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.model import Nvme, NvmeNamespace, PciAddress, PciDevice
 from mcpnode.topology.sysfs import Problems, read_parsed
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from mcpnode.host import HostReader
 
 MAX_NAMESPACES = 256
 

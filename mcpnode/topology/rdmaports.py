@@ -12,7 +12,6 @@ from __future__ import annotations
 from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.record import replace
 from mcpnode.errors import HostError, PathNotFound
-from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.attrs import attr_parsed, read_attrs
 from mcpnode.topology.model import Nic, RdmaPort
@@ -21,6 +20,8 @@ from mcpnode.topology.sysfs import SYS_CLASS_IB, Problems
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads it the same)
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from mcpnode.host import HostReader
 
 MAX_PORTS = 256
 _ATTRS = frozenset({"state", "rate", "link_layer"})

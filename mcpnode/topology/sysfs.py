@@ -12,7 +12,6 @@ from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.cpus import MAX_CPU
 from mcpnode.codec.record import record
 from mcpnode.errors import HostError, PathNotFound
-from mcpnode.host import HostReader
 from mcpnode.topology import parse
 from mcpnode.topology.model import (
     Cpu,
@@ -30,6 +29,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, TypeVar
+
+    from mcpnode.host import HostReader
 
     T = TypeVar("T")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcpnode.errors import HostError
-from mcpnode.host import HostReader
 from mcpnode.topology.sysfs import PROC_CPUINFO, SYS_DMI_ID, SYS_HYPERVISOR_TYPE
 
 # (field, text it contains, hypervisor): first match wins.
@@ -37,6 +36,11 @@ _DMI = (
     ("product_name", "OpenStack", "openstack"),
     ("bios_vendor", "SeaBIOS", "qemu"),
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from mcpnode.host import HostReader
+
 # ~1.5 KiB per CPU: 4 MiB holds 2,000 CPUs; a larger (or hostile) file is not read at all.
 _CPUINFO_LIMIT = 4 << 20
 

@@ -336,3 +336,34 @@ def test_the_fast_path_only_parses_and_prints() -> None:
     )
     ours = {n for n in names if n.startswith("mcpnode")}
     assert {n for n in ours if not n.startswith(allowed)} == {"mcpnode.__version__"}, ours
+
+
+# -- what the hot commands import ---------------------------------------------------------------
+
+# Never imported by `topo` and `gpus` (codec/typenames.py says why): typing (on 3.11 it brings re,
+# enum, functools and contextlib), re and enum. json (and with it re and enum) only to read a
+# snapshot's recorded NVML answers; the JSON output is written without it (codec/jsonout.py).
+# A tarball's pax headers compile their record pattern (host/tarball.py): the one here is GNU
+# tar's default format, which has none.
+NEVER_IMPORTED = {"typing", "re", "enum"}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("fixture", ["no-gpu-host", "hgx-h100-8gpu-8nic", "no-gpu-host.tar.gz"])
+def test_topo_and_gpus_import_neither_typing_nor_re(
+    view: str, fixture: str, tmp_path: Path
+) -> None:
+    root = HOSTS / fixture
+    if fixture.endswith(".tar.gz"):
+        import tarfile
+
+        root = tmp_path / fixture
+        with tarfile.open(root, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+            tar.add(HOSTS / fixture.removesuffix(".tar.gz"), arcname=".")
+    proc = fast_path(*VIEWS[view], "--root", str(root))
+    assert proc.returncode == 0, said(proc)
+    got = imported(proc)
+    assert "mcpnode.topology.discover" in got and "click" not in got  # the fast path's log
+    snapshot = (HOSTS / fixture.removesuffix(".tar.gz") / "mcpnode-snapshot.json").exists()
+    assert ("json" in got) == snapshot
+    assert not (NEVER_IMPORTED - ({"re", "enum"} if snapshot else set())) & got
