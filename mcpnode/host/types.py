@@ -3,10 +3,10 @@ recording saw, NUMA-placed memory, what a kernel log read gave. Data only: no I/
 
 NamedTuples and a plain class rather than dataclasses: every mcpnode command imports these,
 and importing dataclasses (with the inspect, ast and tokenize modules it pulls in) costs more
-than reading a small host. The NamedTuple is codec/typenames.py's, which is typing's to the type
-checker and collections.namedtuple at run time, without importing typing (and the re, enum and
-functools it imports) into every command. The annotations are plain builtins, valid at run time
-on every Python mcpnode supports (3.10+: `X | None`).
+than reading a small host. The NamedTuple is codec/typenames.py's: typing's to the type checker,
+and at run time the class collections.namedtuple makes, built without importing typing or
+collections into every command. The annotations are plain builtins, valid at run time on every
+Python mcpnode supports (3.10+: `X | None`).
 """
 
 from mcpnode.codec.typenames import NamedTuple
@@ -96,7 +96,7 @@ class KmsgRead(NamedTuple):
     truncated: bool = False
     overwritten: int = 0
     # Records dropped or cut: a head whose numbers are past their digits (kmsg.py's
-    # _head_patterns), or a record that continues past the kernel's own bound on one record
+    # _HEAD_IN_BOUNDS), or a record that continues past the kernel's own bound on one record
     # (_KMSG_RECORD_MAX).
     skipped: int = 0
     # read_new() stopped at its `batch_bytes` with more waiting: call it again (after letting

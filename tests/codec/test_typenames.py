@@ -72,6 +72,23 @@ def test_same_class_as_typing(name: str) -> None:
         assert a._asdict() == b._asdict()
         assert a._replace(**{ours._fields[0]: 9}) == b._replace(**{ours._fields[0]: 9})
         assert sorted([ours(*reversed(values)), a]) == sorted([values[::-1], values])
+        assert a.__getnewargs__() == b.__getnewargs__() == values
+        assert ours._make(values) == theirs._make(values) and type(ours._make(values)) is ours
+        for bad in ("make", "replace"):
+            errors: list[str] = []
+            for cls in (theirs, ours):
+                with pytest.raises((TypeError, ValueError)) as err:
+                    if bad == "make":
+                        cls._make((*values, 0))
+                    else:
+                        cls(*values)._replace(nope=1)
+                errors.append(f"{err.type.__name__}: {err.value}")
+            assert errors[0] == errors[1], bad
+        for attr in ("__new__", "_make", "_replace", "__repr__", "_asdict"):
+            assert getattr(ours, attr).__doc__ == getattr(theirs, attr).__doc__, attr
+        assert [getattr(ours, f).__doc__ for f in ours._fields] == [
+            getattr(theirs, f).__doc__ for f in theirs._fields
+        ]
     if "records" in ours._fields:
         a, b = ours(("x",)), theirs(("x",))
         assert a == b and a.to_json() == b.to_json() and a.count == b.count == 1
@@ -107,3 +124,26 @@ def test_host_values_are_the_shims_tuples() -> None:
     assert types.Entry.__doc__ is not None and "directory entry" in types.Entry.__doc__
     assert types.Entry.__module__ == "mcpnode.host.types"
     assert pickle.loads(pickle.dumps(entry)) == entry  # found again by module and name
+
+
+def test_without_the_c_field_getter_the_same_tuples() -> None:
+    """An interpreter without `_collections._tuplegetter`: properties over itemgetter, as
+    collections falls back to; fields still read, and are still read-only."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['_collections'] = None\n"
+        "from mcpnode.codec.typenames import NamedTuple\n"
+        "class P(NamedTuple):\n"
+        "    x: int\n"
+        "    y: int = 2\n"
+        "p = P(1)\n"
+        "assert (p.x, p.y, p, type(P.x)) == (1, 2, (1, 2), property)\n"
+        "try:\n"
+        "    p.x = 5\n"
+        "except AttributeError:\n"
+        "    print('read-only', 'collections' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "read-only False\n"
