@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
-
 from mcpnode.codec import jsonout
 from mcpnode.codec.printable import printable
 from mcpnode.topology.discover import effective_local_cpus
@@ -20,6 +17,10 @@ from mcpnode.topology.model import (
     Topology,
 )
 from mcpnode.topology.pciclass import class_name
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # nvidia-smi's Legend, verbatim, so `diff <(nvidia-smi topo -m) <(mcpnode topo)` lines up.
 LEGEND = """\
@@ -186,17 +187,18 @@ def _label(dev: PciDevice, topo: Topology) -> str:
 def as_tree(topo: Topology) -> str:
     """NUMA node -> host bridge -> bridges -> devices, with link speed/width. SR-IOV virtual
     functions are counted under their PF rather than listed (a NIC may carry hundreds)."""
-    children: dict[PciAddress | None, list[PciDevice]] = defaultdict(list)
-    roots: dict[str, list[PciDevice]] = defaultdict(list)
-    vfs: dict[PciAddress, int] = defaultdict(int)
+    # Plain dicts, not defaultdicts: `topo` never imports collections (codec/typenames.py).
+    children: dict[PciAddress | None, list[PciDevice]] = {}
+    roots: dict[str, list[PciDevice]] = {}
+    vfs: dict[PciAddress, int] = {}
     for d in topo.pci_devices:
         if d.physfn is not None:
-            vfs[d.physfn] += 1
+            vfs[d.physfn] = vfs.get(d.physfn, 0) + 1
             continue
         if d.parent is None:
-            roots[d.host_bridge].append(d)
+            roots.setdefault(d.host_bridge, []).append(d)
         else:
-            children[d.parent].append(d)
+            children.setdefault(d.parent, []).append(d)
     bridge_node: dict[str, str] = {}
     for hb, devs in roots.items():
         known = {d.numa_node for d in devs if d.numa_node is not None}
@@ -204,9 +206,9 @@ def as_tree(topo: Topology) -> str:
     out: list[str] = []
 
     ports = {n.address: n.rdma_ports for n in topo.nics if n.rdma_ports}
-    namespaces: dict[PciAddress, list[NvmeNamespace]] = defaultdict(list)
+    namespaces: dict[PciAddress, list[NvmeNamespace]] = {}
     for nv in topo.nvmes:
-        namespaces[nv.address].extend(nv.namespaces)
+        namespaces.setdefault(nv.address, []).extend(nv.namespaces)
 
     def walk(dev: PciDevice, depth: int) -> None:
         out.append("    " * depth + _label(dev, topo) + _link(dev.link) + _locality(dev, topo))
@@ -219,9 +221,9 @@ def as_tree(topo: Topology) -> str:
         for c in children.get(dev.address, []):
             walk(c, depth + 1)
 
-    by_node: dict[str, list[str]] = defaultdict(list)
+    by_node: dict[str, list[str]] = {}
     for hb, label in bridge_node.items():
-        by_node[label].append(hb)
+        by_node.setdefault(label, []).append(hb)
     for n in topo.numa_nodes:
         by_node.setdefault(f"node{n.id}", [])
     for label in sorted(by_node, key=lambda s: (s == "NUMA unknown", len(s), s)):
@@ -283,10 +285,10 @@ def _cache_lines(label: str, topo: Topology) -> list[str]:
     for c in topo.cache_domains(3):
         if c.cpus & node.cpus:
             out.append(f"  L3 {c.cpus.cpulist()} ({_kib(c.size_kib)})")
-    l2: dict[int | None, int] = defaultdict(int)
+    l2: dict[int | None, int] = {}
     for c in topo.cache_domains(2):
         if c.cpus & node.cpus:
-            l2[c.size_kib] += 1
+            l2[c.size_kib] = l2.get(c.size_kib, 0) + 1
     if l2:
         sizes = sorted(l2.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
         out.append("  L2 " + ", ".join(f"{n} x {_kib(size)}" for size, n in sizes))

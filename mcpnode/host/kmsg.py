@@ -9,14 +9,12 @@ anything else, so a FIFO planted there cannot hang the read. Bounded in records 
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import errno as errno_mod
-import functools
 import os
 import stat
 
 from mcpnode.codec.bounded import BoundError, parse_decimal
+from mcpnode.codec.lazyre import pattern
 from mcpnode.errors import HostError, ReadError
 from mcpnode.host.backend import OS, Backend
 from mcpnode.host.process import HostProcesses
@@ -26,7 +24,6 @@ from mcpnode.host.types import KmsgRead, KmsgScan
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
-    import re
     from collections.abc import Callable
 
 
@@ -158,20 +155,12 @@ _BATCH_RECORDS_UNBOUNDED = 1 << 62
 # refuse it past 4,300 digits with a ValueError of its own.
 _PRIORITY_DIGITS = 10
 _U64_DIGITS = 20
-
-
-@functools.cache
-def _head_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """(a head whose numbers are in bounds, any head): compiled at the first kernel log read,
-    not at import, so the commands that never read the log (`topo`) never import re."""
-    import re
-
-    head = re.compile(r"([0-9]+),([0-9]+),([0-9]+),", re.ASCII)
-    in_bounds = re.compile(
-        rf"[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},",
-        re.ASCII,
-    )
-    return in_bounds, head
+# A record's head, and one whose numbers are in those bounds (codec/lazyre.py: compiled at the
+# first kernel log read, so the commands that never read the log never import re).
+_HEAD = r"(?a)([0-9]+),([0-9]+),([0-9]+),"
+_HEAD_IN_BOUNDS = (
+    rf"(?a)[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},"
+)
 
 
 # A regular file's line longer than this without its newline is dropped, never held back whole.
@@ -226,7 +215,9 @@ class KmsgStream:
     def _drain_device(
         self, fd: int, max_bytes: int, max_records: int, batch_bytes: int | None
     ) -> KmsgRead:
-        kept: collections.deque[str] = collections.deque()
+        from collections import deque  # the log's readers only: `topo` never loads collections
+
+        kept: deque[str] = deque()
         size = 0
         total = 0
         truncated = False
@@ -316,12 +307,16 @@ class KmsgStream:
         text = body.decode("utf-8", errors="replace")
         _lead, listed, bad = _kmsg_records(text)  # nothing before this read to continue
         skipped += bad
-        records = collections.deque(listed, maxlen=max_records)
+        from collections import deque
+
+        records = deque(listed, maxlen=max_records)
         if len(listed) > max_records:
             truncated = True
         return KmsgRead(tuple(records), truncated, 0, skipped, more)
 
     def close(self) -> None:
+        import contextlib  # not at import: `topo` never loads contextlib (host/root.py)
+
         if self._dev is not None:
             with contextlib.suppress(OSError):
                 os.close(self._dev)
@@ -370,10 +365,9 @@ def _head_ok(line: str) -> bool:
     """False for a record head whose numbers no kernel writes (more digits than their type
     holds); a line without the `PRIORITY,SEQ,USEC,` head is left to the parsers, which ignore
     it."""
-    in_bounds, head = _head_patterns()
-    if in_bounds.match(line) is not None:  # every record the kernel writes: one match
+    if pattern(_HEAD_IN_BOUNDS).match(line) is not None:  # every record the kernel writes
         return True
-    m = head.match(line)
+    m = pattern(_HEAD).match(line)
     if m is None:
         return True
     try:

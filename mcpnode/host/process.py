@@ -8,10 +8,10 @@ does not wrap.
 
 from __future__ import annotations
 
-import contextlib
 import errno as errno_mod
 import os
 
+from mcpnode.codec.bounded import is_digits
 from mcpnode.codec.cpus import format_list
 from mcpnode.errors import (
     CommandNotFound,
@@ -31,6 +31,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/ty
 if TYPE_CHECKING:
     import ctypes
     from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from contextlib import AbstractContextManager
     from typing import Literal, NoReturn
 
     MempolicyMode = Literal["default", "preferred", "bind"]
@@ -98,10 +99,8 @@ class HostProcesses(HostCommands):
             if err.errno in (errno_mod.ENOENT, errno_mod.ESRCH):
                 raise ProcessGone(logical, err.errno, "no such process") from err
             raise _translate(err, logical) from err
-        # A pid is at most 7 digits (PID_MAX_LIMIT, 4,194,304: include/linux/threads.h), ASCII
-        # decimal (isdigit() alone takes "²"); string tests, so commands that place nothing never
-        # import re.
-        return tuple(sorted(int(n) for n in names if len(n) <= 7 and n.isascii() and n.isdigit()))
+        # A pid is at most 7 digits (PID_MAX_LIMIT, 4,194,304: include/linux/threads.h).
+        return tuple(sorted(int(n) for n in names if is_digits(n, most=7)))
 
     def get_affinity(self, tid: int) -> frozenset[int]:
         """CPU affinity of a live thread (sched_getaffinity(2); 0 = the calling thread).
@@ -212,8 +211,7 @@ class HostProcesses(HostCommands):
                 raise CommandNotFound(f"{executable}: cannot execute: {err.strerror}") from err
             raise _translate(err, executable) from err
 
-    @contextlib.contextmanager
-    def node_memory(self, length: int, node: int) -> Iterator[NodeMemory]:
+    def node_memory(self, length: int, node: int) -> AbstractContextManager[NodeMemory]:
         """Anonymous memory of `length` bytes whose pages are on NUMA node `node`, for the block.
 
         mmap(2) reserves it, mbind(2) binds the range to the node (MPOL_BIND, MPOL_MF_STRICT:
@@ -226,6 +224,13 @@ class HostProcesses(HostCommands):
         Raises PlacementUnavailable when the kernel refuses the node (EINVAL: offline, no
         memory, outside the cpuset), NotSupported on a recorded root, an unknown architecture
         or a kernel without NUMA, and a HostError for the rest (ENOMEM as ReadError)."""
+        # contextlib at the first use, not at import: `topo` never loads it (host/root.py).
+        import contextlib
+
+        return contextlib.contextmanager(self._node_memory)(length, node)
+
+    def _node_memory(self, length: int, node: int) -> Iterator[NodeMemory]:
+        """node_memory()'s block, as a generator."""
         import ctypes
         import platform
 

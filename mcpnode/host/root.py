@@ -17,7 +17,6 @@ hang. Within a `oneshot()` block resolutions are cached for one discovery pass.
 
 from __future__ import annotations
 
-import contextlib
 import errno as errno_mod
 import os
 import stat
@@ -29,7 +28,7 @@ from mcpnode.host.types import Recording
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
     from typing import TypeVar
 
     from mcpnode.host.tarball import ArchiveBackend
@@ -118,31 +117,16 @@ class HostRoot:
     def __repr__(self) -> str:
         return f"Host({self.source!r})"
 
-    @contextlib.contextmanager
-    def oneshot(self) -> Iterator[None]:
+    def oneshot(self) -> AbstractContextManager[None]:
         """Cache symlink resolution for the duration of one discovery pass.
 
         Outside this block nothing is cached, so a long-running agent sees devices come and go.
         """
-        if self._oneshot_depth == 0:
-            self._cache = {}
-        self._oneshot_depth += 1
-        try:
-            yield
-        finally:
-            self._oneshot_depth -= 1
-            if self._oneshot_depth == 0:
-                self._cache = None
+        return _OneShot(self)
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[Recording]:
+    def recording(self) -> AbstractContextManager[Recording]:
         """Record every file read, symlink crossed and directory listed inside the block."""
-        rec = Recording(files={}, links={}, dirs=set())
-        previous, self._recording = self._recording, rec
-        try:
-            yield rec
-        finally:
-            self._recording = previous
+        return _Recorder(self)
 
     def fs_path(self, logical: str) -> str:
         """The filesystem path of a logical path, *without* resolving symlinks."""
@@ -240,3 +224,45 @@ class HostRoot:
         if name == "..":
             return self._prefix + self._resolve(parent + "/..", follow_last=True)
         return self._prefix + (parent.rstrip("/") + "/" + name)
+
+
+# The two blocks as classes rather than contextlib.contextmanager generators: contextlib imports
+# functools and collections (~1.5 ms on a quiet 2-core VM), which `topo` otherwise never loads.
+class _OneShot:
+    """Host.oneshot()'s block: the resolution cache lives from the outermost entry to its
+    exit (blocks nest)."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self, root: HostRoot) -> None:
+        self._root = root
+
+    def __enter__(self) -> None:
+        root = self._root
+        if root._oneshot_depth == 0:
+            root._cache = {}
+        root._oneshot_depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        root = self._root
+        root._oneshot_depth -= 1
+        if root._oneshot_depth == 0:
+            root._cache = None
+
+
+class _Recorder:
+    """Host.recording()'s block: a fresh Recording while inside, the previous one restored."""
+
+    __slots__ = ("_previous", "_root")
+
+    def __init__(self, root: HostRoot) -> None:
+        self._root = root
+        self._previous: Recording | None = None
+
+    def __enter__(self) -> Recording:
+        rec = Recording(files={}, links={}, dirs=set())
+        self._previous, self._root._recording = self._root._recording, rec
+        return rec
+
+    def __exit__(self, *exc: object) -> None:
+        self._root._recording = self._previous

@@ -40,13 +40,13 @@ Imported only for tarball roots, so reading the live machine does not import the
 
 from __future__ import annotations
 
-import contextlib
 import errno as errno_mod
-import functools
 import os
 import stat
 import zlib
 
+from mcpnode.codec.bounded import is_digits
+from mcpnode.codec.lazyre import pattern
 from mcpnode.errors import RootError
 from mcpnode.host import decompress
 from mcpnode.host.trust import _mode_problem, _pid_running, _untrusted_dirs
@@ -54,7 +54,6 @@ from mcpnode.host.types import Entry
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
-    import re
     from collections.abc import Callable
 
 # Markers of a usable root: what a snapshot or a sysfs dump holds at its top.
@@ -549,20 +548,16 @@ def _over_total(tarball: str) -> RootError:
     )
 
 
-@functools.cache
-def _pax_record() -> re.Pattern[bytes]:
-    """Compiled at the first pax header, not at import: a tarball without one (GNU tar's
-    default format) never imports re."""
-    import re
-
-    return re.compile(rb"(\d+) ([^=]+)=")
+# codec/lazyre.py: compiled at the first pax header, so a tarball without one (GNU tar's default
+# format) never imports re.
+_PAX_RECORD = rb"(\d+) ([^=]+)="
 
 
 def _pax_records(data: bytes, tarball: str) -> dict[str, str]:
     """`LENGTH KEY=VALUE\\n` records of a pax extended header (POSIX.1-2008, pax)."""
     out: dict[str, str] = {}
     pos = 0
-    record = _pax_record()
+    record = pattern(_PAX_RECORD)
     while (m := record.match(data, pos)) is not None:
         length = int(m.group(1))
         if length <= 0:
@@ -605,6 +600,8 @@ def _member(
         name = pax.get("GNU.sparse.name", pax.get("path", name))
         linkname = pax.get("linkpath", linkname)
         sparse = sparse or any(k.startswith("GNU.sparse.") for k in pax)
+        import contextlib  # pax headers only, as re (_PAX_RECORD)
+
         with contextlib.suppress(ValueError):  # as tarfile: an unreadable number is ignored
             uid = int(pax["uid"]) if "uid" in pax else uid
         with contextlib.suppress(ValueError):
@@ -868,7 +865,7 @@ def _unpack_pid(entry: str) -> int | None:
     if not entry.startswith(_UNPACK_PREFIX):
         return None
     pid, dash, _rest = entry[len(_UNPACK_PREFIX) :].partition("-")
-    if not dash or not (0 < len(pid) <= 10 and pid.isascii() and pid.isdigit()):
+    if not dash or not is_digits(pid, most=10):
         return None
     return int(pid)
 

@@ -22,12 +22,11 @@ SIGCONT), so overlap tests can run another writer at that exact point.
 
 from __future__ import annotations
 
-import contextlib
 import errno as errno_mod
-import functools
 import os
 import stat
 
+from mcpnode.codec.lazyre import pattern
 from mcpnode.errors import HostError, LockBusy, PathNotFound, Untrusted, WriteError
 from mcpnode.host.read import HostReads
 from mcpnode.host.root import _split
@@ -36,8 +35,8 @@ from mcpnode.host.trust import _mode_problem, _pid_running, _untrusted_dirs
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
-    import re
     from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
 # The crash-test hook (module docstring). Counted per process, across every Host object, because
 # the journal may live under a different Host (--state-dir) than the sysctls it protects.
@@ -47,14 +46,8 @@ _writes_done = 0
 # Our temporary files: `.NAME.PID.RANDHEX.tmp` (write_file_atomic: a pid as the kernel prints
 # it, no leading zero, and os.urandom(4).hex()). Tarball copies `mcpnode-root-PID-*` in the
 # temporary directory (Host on a tarball) are host/root.py's.
-
-
-@functools.cache
-def _tmp_name() -> re.Pattern[str]:
-    """Compiled at the first sweep, not at import: commands that write nothing never import re."""
-    import re
-
-    return re.compile(r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z")
+# codec/lazyre.py: compiled at the first sweep, so commands that write nothing never import re.
+_TMP_NAME = r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z"
 
 
 # A lock file holds one JSON line naming its holder.
@@ -88,7 +81,7 @@ def _remove_stale_temps(dir_fs: str, name: str) -> int:
         return 0
     removed = 0
     for entry in entries:
-        m = _tmp_name().match(entry)
+        m = pattern(_TMP_NAME).match(entry)
         if m is None or m.group("name") != name or _pid_running(int(m.group("pid"))):
             continue
         path = f"{dir_fs.rstrip('/')}/{entry}"
@@ -221,6 +214,8 @@ class HostWrites(HostReads):
                 os.close(fd)
             os.rename(tmp, final)
         except OSError as err:
+            import contextlib  # not at import (lock() says why)
+
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise _translate_write(err, logical) from err
@@ -242,8 +237,9 @@ class HostWrites(HostReads):
             return 0
         return _remove_stale_temps(dir_fs, parts[-1])
 
-    @contextlib.contextmanager
-    def lock(self, logical: str, *, wait_s: float, holder: dict[str, object]) -> Iterator[None]:
+    def lock(
+        self, logical: str, *, wait_s: float, holder: dict[str, object]
+    ) -> AbstractContextManager[None]:
         """Hold an exclusive flock(2) on `logical` (created 0600 if absent) for the block.
 
         Waits up to `wait_s` seconds for another holder to let go, then raises LockBusy naming
@@ -252,6 +248,14 @@ class HostWrites(HostReads):
         its directories must be trusted like a journal (Untrusted otherwise): a lock anyone can
         write or replace would not exclude anyone. The lock goes with the process: a SIGKILLed
         holder releases it, and the next one overwrites what it recorded."""
+        # contextlib at the first lock, not at import: `topo` never loads it (host/root.py).
+        import contextlib
+
+        return contextlib.contextmanager(self._locked)(logical, wait_s, holder)
+
+    def _locked(self, logical: str, wait_s: float, holder: dict[str, object]) -> Iterator[None]:
+        """lock()'s block, as a generator."""
+        import contextlib
         import fcntl  # only writers take the lock
         import json
         import time
@@ -319,6 +323,8 @@ class HostWrites(HostReads):
     def _fsync_dir(dir_fs: str) -> None:
         """Make a rename/unlink durable. Some filesystems refuse fsync on a directory (EINVAL);
         the rename itself is still atomic there."""
+        import contextlib  # not at import (lock() says why)
+
         try:
             fd = os.open(dir_fs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:

@@ -14,8 +14,6 @@ Locality of a PCI device (its NUMA node), first source that answers wins:
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-
 from mcpnode.codec.record import replace
 from mcpnode.topology import sysfs
 from mcpnode.topology.caches import read_caches
@@ -387,12 +385,14 @@ def nodes_of_cpus(local: CpuSet, nodes: tuple[NumaNode, ...]) -> CpuSet:
 def _host_bridge_nodes(raw: list[RawPci]) -> dict[str, int]:
     """Root complexes whose locality is clear from their functions: at least half of them give
     one node in `numa_node` and none gives another."""
-    votes: dict[str, Counter[int]] = defaultdict(Counter)
-    totals: Counter[str] = Counter()
+    # Plain dicts, not collections.Counter: `topo` never imports collections (codec/typenames.py).
+    votes: dict[str, dict[int, int]] = {}
+    totals: dict[str, int] = {}
     for d in raw:
-        totals[d.host_bridge] += 1
+        totals[d.host_bridge] = totals.get(d.host_bridge, 0) + 1
         if d.numa_raw is not None and d.numa_raw >= 0:
-            votes[d.host_bridge][d.numa_raw] += 1
+            counter = votes.setdefault(d.host_bridge, {})
+            counter[d.numa_raw] = counter.get(d.numa_raw, 0) + 1
     out = {}
     for bridge, counter in votes.items():
         if len(counter) == 1:

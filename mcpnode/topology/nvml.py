@@ -11,7 +11,6 @@ every pynvml exception into a typed `NvmlError` there (docs/nvml.md: each call a
 from __future__ import annotations
 
 import atexit
-import contextlib
 
 from mcpnode.codec.record import record
 from mcpnode.codec.typenames import Protocol
@@ -463,6 +462,8 @@ class LiveNvml:
         raise NvmlFunctionNotFound("FunctionNotFound", 13, "nvmlDeviceGetGpuFabricInfo")
 
     def close(self) -> None:
+        import contextlib  # the live backend only: `topo` on a dump never loads it
+
         with self._lock:
             if self._nvml is not None:
                 # Shutting down at exit: a failure here has no one left to tell.

@@ -341,11 +341,13 @@ def test_the_fast_path_only_parses_and_prints() -> None:
 # -- what the hot commands import ---------------------------------------------------------------
 
 # Never imported by `topo` and `gpus` (codec/typenames.py says why): typing (on 3.11 it brings re,
-# enum, functools and contextlib), re and enum. json (and with it re and enum) only to read a
-# snapshot's recorded NVML answers; the JSON output is written without it (codec/jsonout.py).
-# A tarball's pax headers compile their record pattern (host/tarball.py): the one here is GNU
-# tar's default format, which has none.
-NEVER_IMPORTED = {"typing", "re", "enum"}
+# enum, collections, functools and contextlib) and contextlib. Nor, unless a snapshot's recorded
+# NVML answers are read (json, which brings the rest), re, enum, collections and functools: the
+# JSON output is written without json (codec/jsonout.py). A tarball's pax headers compile their
+# record pattern (host/tarball.py): the one here is GNU tar's default format, which has none.
+NEVER_IMPORTED = {"typing", "contextlib"}
+JSON_ALONE_IMPORTS = {"json", "re", "enum", "collections", "functools"}
+CONSOLE_SCRIPT = "import sys; from mcpnode.cli.fast import main; sys.exit(main())"
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))
@@ -360,10 +362,19 @@ def test_topo_and_gpus_import_neither_typing_nor_re(
         root = tmp_path / fixture
         with tarfile.open(root, "w:gz", format=tarfile.GNU_FORMAT) as tar:
             tar.add(HOSTS / fixture.removesuffix(".tar.gz"), arcname=".")
-    proc = fast_path(*VIEWS[view], "--root", str(root))
+    # As the console script runs it (`python -m` would add runpy's own imports).
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", CONSOLE_SCRIPT, *VIEWS[view], "--root", root],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, said(proc)
     got = imported(proc)
     assert "mcpnode.topology.discover" in got and "click" not in got  # the fast path's log
+    assert not NEVER_IMPORTED & got
     snapshot = (HOSTS / fixture.removesuffix(".tar.gz") / "mcpnode-snapshot.json").exists()
     assert ("json" in got) == snapshot
-    assert not (NEVER_IMPORTED - ({"re", "enum"} if snapshot else set())) & got
+    if not snapshot:
+        assert not JSON_ALONE_IMPORTS & got
