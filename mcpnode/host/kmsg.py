@@ -161,8 +161,6 @@ _HEAD = r"(?a)([0-9]+),([0-9]+),([0-9]+),"
 _HEAD_IN_BOUNDS = (
     rf"(?a)[0-9]{{1,{_PRIORITY_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},[0-9]{{1,{_U64_DIGITS}}},"
 )
-
-
 # A regular file's line longer than this without its newline is dropped, never held back whole.
 _PARTIAL_MAX = 2 * _KMSG_RECORD_MAX
 

@@ -48,8 +48,6 @@ _writes_done = 0
 # temporary directory (Host on a tarball) are host/root.py's.
 # codec/lazyre.py: compiled at the first sweep, so commands that write nothing never import re.
 _TMP_NAME = r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z"
-
-
 # A lock file holds one JSON line naming its holder.
 _LOCK_INFO_LIMIT = 4096
 _LOCK_POLL_S = 0.02
