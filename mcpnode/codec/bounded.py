@@ -47,10 +47,11 @@ def parse_decimal(
     `max_digits` digits (20: every 64-bit value) and inside [minimum, maximum] when given.
     Raises BoundError."""
     t = text.strip()
-    if not is_digits(t[1:] if t[:1] == "-" else t):
+    digits = t[1:] if t[:1] == "-" else t
+    if not (digits.isdigit() and digits.isascii()):  # is_digits(digits), inline: it runs hot
         raise BoundError(f"not an integer: {_clip(text)}")
-    if len(t.lstrip("-")) > max_digits:
-        raise BoundError(f"integer of {len(t.lstrip('-'))} digits (at most {max_digits})")
+    if len(digits) > max_digits:
+        raise BoundError(f"integer of {len(digits)} digits (at most {max_digits})")
     value = int(t)
     if minimum is not None and value < minimum:
         raise BoundError(f"{value} is below {minimum}")

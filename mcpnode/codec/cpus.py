@@ -44,19 +44,21 @@ _ID_DIGITS = 7
 def _part(text: str) -> tuple[str, str | None, str | None, str | None] | None:
     """One comma-separated part of a list, `lo`, `lo-hi` or `lo-hi:used/group`, as its ids'
     digits (None for those it lacks); None when it is not one of the three forms (each id 1 to 7
-    ASCII digits, nothing else, no whitespace inside)."""
-    lo, dash, rest = text.partition("-")
-    if not is_digits(lo, 1, _ID_DIGITS):
+    ASCII digits, nothing else, no whitespace inside). The former pattern
+    `([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7})/([0-9]{1,7}))?)?\\Z` with re.ASCII: a text
+    of ASCII characters only, so that str.isdigit() is `[0-9]`, in as few calls as it took."""
+    if not text.isascii():
+        return None
+    lo, dash, hi = text.partition("-")
+    if not (lo.isdigit() and len(lo) <= _ID_DIGITS):
         return None
     if not dash:
         return lo, None, None, None
-    hi, colon, rest = rest.partition(":")
-    if not is_digits(hi, 1, _ID_DIGITS):
-        return None
-    if not colon:
+    if hi.isdigit() and len(hi) <= _ID_DIGITS:
         return lo, hi, None, None
-    used, slash, group = rest.partition("/")
-    if slash and is_digits(used, 1, _ID_DIGITS) and is_digits(group, 1, _ID_DIGITS):
+    hi, _, stride = hi.partition(":")
+    used, slash, group = stride.partition("/")
+    if slash and is_digits(hi, 1, _ID_DIGITS) and is_digits(used, 1, 7) and is_digits(group, 1, 7):
         return lo, hi, used, group
     return None
 

@@ -4,7 +4,7 @@ tests/topology/test_parse.py. Each raises ParseError (a ValueError) with the off
 from __future__ import annotations
 
 from mcpnode.codec import cpus
-from mcpnode.codec.bounded import BoundError, is_digits, is_hex, parse_decimal
+from mcpnode.codec.bounded import BoundError, is_hex, parse_decimal
 from mcpnode.errors import McpnodeError
 from mcpnode.topology.model import CpuSet, PciAddress
 
@@ -167,8 +167,9 @@ def parse_link_speed(text: str) -> float | None:
     whole, dot, fraction = number.partition(".")
     if not (
         unit
-        and is_digits(whole)
-        and (not dot or is_digits(fraction))
+        and whole.isdigit()
+        and whole.isascii()  # with isdigit(): is_digits(), inline, as the number is read hot
+        and (not dot or (fraction.isdigit() and fraction.isascii()))
         and (not tail or (tail.endswith("PCIe") and tail[:-4].isspace()))
     ):
         raise ParseError(f"not a link speed: {_clip(text)!r}")
@@ -204,36 +205,34 @@ def parse_pci_address(text: str) -> PciAddress:
 def is_pci_address(name: str) -> bool:
     """`DDDD:BB:DD.F`: a domain of 4 to 8 hex digits, bus and device of 2, a function 0 to 7,
     what the former pattern `^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\\.([0-7])$`
-    took, one final newline included (`$` matches before it; parse_pci_address strips it)."""
-    if name[-1:] == "\n":
-        name = name[:-1]
-    return (
-        12 <= len(name) <= 16
-        and name[-8] == ":"
-        and name[-5] == ":"
-        and name[-2] == "."
-        and name[-1] in _FUNCTIONS
-        and is_hex(name[-7:-5])
-        and is_hex(name[-4:-2])
-        and is_hex(name[:-8])
-    )
-
-
-_FUNCTIONS = frozenset("01234567")
+    took, one final newline included (`$` matches before it; parse_pci_address strips it).
+    The walk asks this of every directory name with a ':': one translate and one set lookup
+    are faster than the compiled pattern, a check per field three times slower."""
+    if not name.isascii():
+        return False
+    shape = name.encode().translate(_AS_HEX)
+    if shape in _BDF_SHAPES:
+        return name[-1] in _FUNCTIONS
+    return shape in _BDF_SHAPES_NEWLINE and name[-2] in _FUNCTIONS
 
 
 def is_host_bridge_name(name: str) -> bool:
     """`pci0000:00`, and VMD's nested `pci10000:00` domains: the former pattern
     `^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$`, one final newline included (`$` matches before it)."""
-    if name[-1:] == "\n":
-        name = name[:-1]
-    return (
-        10 <= len(name) <= 14
-        and name[-3] == ":"
-        and name.startswith("pci")
-        and is_hex(name[-2:])
-        and is_hex(name[3:-3])
-    )
+    if not (name.isascii() and name.startswith("pci")):
+        return False
+    return name.encode().translate(_AS_HEX) in _BRIDGE_SHAPES
+
+
+# An ASCII name's shape: each hex digit as `h`, `h` itself as `x`, every other byte as it is.
+_AS_HEX = bytes.maketrans(b"0123456789abcdefABCDEFh", b"h" * 22 + b"x")
+_BDF_SHAPES = frozenset(b"h" * n + b":hh:hh.h" for n in range(4, 9))
+_BDF_SHAPES_NEWLINE = frozenset(shape + b"\n" for shape in _BDF_SHAPES)
+_FUNCTIONS = frozenset("01234567")
+# `pci` is `phi`: its `c` is a hex digit.
+_BRIDGE_SHAPES = frozenset(
+    b"phi" + b"h" * n + b":hh" + end for n in range(4, 9) for end in (b"", b"\n")
+)
 
 
 def parse_status_field(status: str, field: str) -> str | None:

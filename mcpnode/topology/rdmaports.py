@@ -45,16 +45,26 @@ def _state(text: str) -> str | None:
 
 def _rate(text: str) -> str | None:
     """`400 Gb/sec (4X NDR)`, itself: the former pattern
-    `[0-9]{1,5}(?:\\.[0-9]{1,3})? Gb/sec(?: \\([0-9A-Za-z .]{1,24}\\))?`, fullmatched."""
+    `[0-9]{1,5}(?:\\.[0-9]{1,3})? Gb/sec(?: \\([0-9A-Za-z .]{1,24}\\))?`, fullmatched. Every
+    character it takes is ASCII, so once the text is, str.isdigit() is `[0-9]`. Read once per
+    RDMA port (three file reads): about twice the compiled pattern's time, a third of a µs."""
+    if not text.isascii():
+        return None
     number, unit, detail = text.partition(" Gb/sec")
     whole, dot, fraction = number.partition(".")
-    if not (unit and is_digits(whole, 1, 5) and (not dot or is_digits(fraction, 1, 3))):
+    if not (
+        unit
+        and whole.isdigit()
+        and len(whole) <= 5
+        and (not dot or (fraction.isdigit() and len(fraction) <= 3))
+    ):
         return None
+    inner = detail[2:-1]
     if detail and not (
         detail.startswith(" (")
         and detail.endswith(")")
-        and 1 <= len(detail) - 3 <= 24
-        and not detail[2:-1].strip(_RATE_DETAIL)
+        and 1 <= len(inner) <= 24
+        and not inner.strip(_RATE_DETAIL)
     ):
         return None
     return text
