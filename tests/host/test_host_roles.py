@@ -134,3 +134,23 @@ def test_mypy_refuses_a_write_through_the_reader(mypy_config: Path, tmp_path: Pa
 def test_mypy_accepts_the_same_calls_through_host(mypy_config: Path, tmp_path: Path) -> None:
     out, status = _mypy(mypy_config, tmp_path / "host_writes.py", "Host")
     assert status == 0, out
+
+
+def test_the_roles_are_imported_at_their_first_use() -> None:
+    """mcpnode.host does not import roles.py (typing's Protocols) with Host; naming a role
+    imports it, and any other unknown name is still an AttributeError."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mcpnode.host as h\n"
+        "before = 'mcpnode.host.roles' in sys.modules\n"
+        "from mcpnode.host import HostReader\n"
+        "from mcpnode.host.roles import HostReader as same\n"
+        "try:\n"
+        "    h.NoSuchName\n"
+        "except AttributeError as err:\n"
+        "    print(before, HostReader is same, err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "False True module 'mcpnode.host' has no attribute 'NoSuchName'\n"
