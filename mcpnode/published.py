@@ -36,13 +36,17 @@ import hashlib
 import json
 import re
 import stat
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from mcpnode.codec.bounded import BoundError, parse_decimal
 from mcpnode.codec.cpus import MAX_CPU, parse_list
 from mcpnode.errors import HostError, ManifestError, PathNotFound, Untrusted
-from mcpnode.host import HostReader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from mcpnode.host import HostReader
 
 __all__ = [
     "ENV_ALLOWED",
@@ -249,7 +253,8 @@ class _Ctx:
         return ManifestError(f"{self.source}: {path or 'the manifest'} {why}")
 
 
-Spec = Callable[[object, str, _Ctx], None]
+if TYPE_CHECKING:
+    Spec = Callable[[object, str, _Ctx], None]
 
 
 def _check(value: object, spec: Spec, path: str, ctx: _Ctx) -> None:

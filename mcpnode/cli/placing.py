@@ -5,10 +5,12 @@ whole to cli/commands.py `placement_target`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from mcpnode.codec.record import record
 
 
-@dataclass(frozen=True)
+# A record, not a dataclass: importing dataclasses imports inspect, ast and tokenize, several ms
+# of `exec`'s start (the launcher in front of every inference server).
+@record(frozen=True)
 class PlacementRequest:
     root: str  # where the published manifest (or the topology to discover) is read
     selector: str  # the GPU(s): an index, a UUID, or all-local

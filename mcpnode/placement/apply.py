@@ -17,9 +17,6 @@ the machine lacks is PlacementUnavailable, never the silent narrowing sched_seta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal, NoReturn
-
 from mcpnode.codec.record import record, replace
 from mcpnode.errors import (
     CommandNotFound,
@@ -36,12 +33,18 @@ from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Literal, NoReturn
+
+    Scope = Literal["slice", "cache", "node", "socket"]
+    Policy = Literal["preferred", "bind"]
+
 # The CPUs `exec`, `pin` and the drop-ins place on, with torchrun's `--numa-binding` names where
 # they are shared: `slice` (exclusive), `cache` (the slice's L3 domains: core-complex), `node`,
-# `socket`.
-Scope = Literal["slice", "cache", "node", "socket"]
+# `socket` (Scope, for the type checker, above).
 SCOPES: tuple[Scope, ...] = ("slice", "cache", "node", "socket")
-Policy = Literal["preferred", "bind"]
 
 # include/linux/sched.h: "I am a kernel thread". Stable since 2.6 (0x00200000 since 2.6.27).
 PF_KTHREAD = 0x00200000

@@ -44,8 +44,6 @@ Pure: takes a Topology, reads nothing. The rules (docs/placement.md explains the
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import TypeVar
 
 from mcpnode.codec.record import record, replace
 from mcpnode.errors import UsageError
@@ -61,7 +59,13 @@ from mcpnode.topology.model import (
 )
 from mcpnode.topology.parse import ParseError, parse_cpulist
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 
 HOUSEKEEPING_DEFAULT = "first-core"
 NIC_BUCKETS = ("PIX", "PXB", "PHB", "NODE")  # offered, closest first; SYS never

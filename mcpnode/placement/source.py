@@ -26,9 +26,6 @@ NVML or walks sysfs, and nothing here imports discovery unless it falls back to 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
 from mcpnode.codec.record import record
 from mcpnode.errors import HostError, ManifestError, PathNotFound
 from mcpnode.host import Host
@@ -44,7 +41,11 @@ from mcpnode.topology import sysfs
 from mcpnode.topology.model import CpuSet
 from mcpnode.topology.parse import ParseError, parse_cpulist, parse_pci_address
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (codec/typenames.py)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     # tuning's partition is a dataclass module; launches never build one (only [irq] does)
     from mcpnode.tuning.partition import CpuPartition
 
