@@ -4,8 +4,9 @@ every layer's result types.
 To the type checker a `@record` class is a dataclass (PEP 681 dataclass_transform, so mypy
 checks its fields, immutability and constructors as such); at run time `record` builds the
 same methods — `__init__`, `__repr__`, `__eq__`, `__hash__` (frozen), ordering (`order=True`),
-read-only attributes (`frozen=True`) — with one `exec` per class, at its first instantiation,
-and `__slots__`. dataclasses generates each method with its own exec and imports inspect, ast
+read-only attributes (`frozen=True`) — and `__slots__`, with one `exec` per class, and that
+only once the class has made _COMPILE_AFTER instances (the first ones are bound by the field
+names, no compile: `_build` says why). dataclasses generates each method with its own exec and imports inspect, ast
 and tokenize on the way, which cost more than the discovery of a small host on every `mcpnode
 topo`; slots keep an 8,192-VF topology's memory down. `replace()` and `fields()` are
 `dataclasses.replace` / `dataclasses.fields` for records (and fall back to dataclasses for real
@@ -121,15 +122,48 @@ def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
     # import inspect: the cost this module avoids).
     names = tuple(cls.__dict__.get("__annotations__", {}))  # noqa: RUF063
     defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
-    built: list[type] = []  # the class made below, for the first __init__ call to find
+    built: list[type] = []  # the class made below, for __init__ to find
+    made = [0]  # instances made through the binder below
+    nfields = len(names)
+    setter = object.__setattr__ if frozen else setattr
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        # The real __init__ is compiled at the class's first instantiation, not at import:
-        # the compile is most of what defining a record costs, and a command makes only some
-        # of the classes it imports (`topo` 14 of 25). It then replaces this one on the class.
+        # Two tiers. The first _COMPILE_AFTER instances bind their arguments here, by the
+        # class's field names; the real __init__ is compiled after that and replaces this one
+        # on the class. The compile (~130 us on a quiet 2-core VM) is most of what a record
+        # class costs, and a command makes only some of the classes it imports, most of them
+        # a few times (`topo` on a small host: 14 classes, 13 of them under 20 times each),
+        # so a short run compiles almost none. Binding here costs ~2 us an instance more than
+        # the compiled __init__, which pays for itself well before the class compiles. Any
+        # call this does not bind as the compiled one would (a missing or unknown argument,
+        # too many positional ones) is handed to the compiled one, which raises Python's
+        # own TypeError for it.
+        made[0] += 1
+        if made[0] <= _COMPILE_AFTER and _bind(self, args, kwargs):
+            return
         real = _compile_init(names, defaults, frozen)
         setattr(built[0], "__init__", real)  # noqa: B010 - mypy refuses the attribute form
         real(self, *args, **kwargs)
+
+    def _bind(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Set every field from `args`, `kwargs` and the defaults; False (some fields may be
+        set) when the call is not one the compiled __init__ would accept."""
+        given = len(args)
+        if given > nfields:
+            return False
+        for name, value in zip(names, args, strict=False):  # args may be fewer
+            setter(self, name, value)
+        used = 0
+        for name in names[given:]:
+            if name in kwargs:
+                value = kwargs[name]
+                used += 1
+            elif name in defaults:
+                value = defaults[name]
+            else:
+                return False
+            setter(self, name, value)
+        return used == len(kwargs)  # else a keyword names no field, or a positional one again
 
     body = {k: v for k, v in cls.__dict__.items() if k not in names}
     body.pop("__dict__", None)
@@ -151,6 +185,10 @@ def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
     out.__qualname__ = cls.__qualname__
     built.append(out)
     return out
+
+
+# Instances of a record class made before its __init__ is compiled (_build).
+_COMPILE_AFTER = 32
 
 
 def _compile_init(names: tuple[str, ...], defaults: dict[str, Any], frozen: bool) -> Any:

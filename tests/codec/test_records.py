@@ -126,3 +126,92 @@ def test_topology_pci_finds_the_first_listed(tmp_path: Path) -> None:
     first = topo.pci_devices[0]
     doubled = replace(topo, pci_devices=(first, replace(first, driver="other")))
     assert doubled.pci(first.address) is first
+
+
+# Calls a record's __init__ must answer as a function `(self, a, b, c=())` would: the bound
+# fields, or Python's own TypeError.
+_CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
+    ((1, "x"), {}),
+    ((1, "x", (2,)), {}),
+    ((1,), {"b": "x"}),
+    ((), {"a": 1, "b": "x", "c": (3,)}),
+    ((), {"c": (3,), "b": "x", "a": 1}),
+    ((1, "x", (), 4), {}),  # too many positional arguments
+    ((1,), {}),  # b missing
+    ((), {}),  # a and b missing
+    ((1, "x"), {"a": 2}),  # a twice
+    ((1, "x"), {"d": 4}),  # no field d
+    ((1,), {"b": "x", "d": 4}),
+]
+
+
+def _answer(cls: type, args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[object, ...]:
+    try:
+        made = cls(*args, **kwargs)
+    except TypeError as err:
+        return ("TypeError", str(err))
+    return (made.a, made.b, made.c)
+
+
+def _fresh(frozen: bool) -> type:
+    if frozen:
+
+        @record(frozen=True)
+        class Frozen:
+            a: int
+            b: str
+            c: tuple[int, ...] = ()
+
+        return Frozen
+
+    @record
+    class Mutable:
+        a: int
+        b: str
+        c: tuple[int, ...] = ()
+
+    return Mutable
+
+
+def _is_compiled(cls: type) -> bool:
+    return "_bind" not in cls.__init__.__code__.co_freevars  # type: ignore[misc]
+
+
+def test_init_binds_before_and_after_it_is_compiled() -> None:
+    """The first instances of a record class are bound without compiling its __init__ (a
+    short run never pays the compile); later ones use the compiled one. The binder accepts
+    exactly the calls the compiled __init__ accepts, with the same fields, and hands it every
+    other call, so that the errors are Python's own."""
+    from mcpnode.codec import record as record_mod
+
+    def plain(a: object, b: object, c: object = ()) -> tuple[object, ...]:
+        return (a, b, c)
+
+    def plainly(args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        try:
+            return plain(*args, **kwargs)
+        except TypeError:
+            return "TypeError"
+
+    for frozen in (True, False):
+        compiled = _fresh(frozen)
+        for _ in range(record_mod._COMPILE_AFTER):
+            compiled(1, "x")
+            assert not _is_compiled(compiled)
+        compiled(1, "x")
+        assert _is_compiled(compiled)
+        reference = [_answer(compiled, a, k) for a, k in _CALLS]
+        # Each call on a class of its own, so that the binder answers it (or hands it on).
+        bound: list[tuple[object, ...]] = []
+        for args, kwargs in _CALLS:
+            cls = _fresh(frozen)
+            bound.append(_answer(cls, args, kwargs))
+            assert _is_compiled(cls) == (bound[-1][0] == "TypeError")
+        assert bound == reference
+        # What a plain function of the fields accepts, with the same values; refused alike.
+        assert [a if a[0] != "TypeError" else a[0] for a in reference] == [
+            plainly(a, k) for a, k in _CALLS
+        ]
+    # A frozen record stays frozen whichever tier made it.
+    with pytest.raises(FrozenRecordError):
+        _fresh(True)(1, "x").a = 2
