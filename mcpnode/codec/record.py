@@ -132,7 +132,7 @@ def _build(cls: type[_C], frozen: bool, order: bool) -> type[_C]:
         # class's field names; the real __init__ is compiled after that and replaces this one
         # on the class. The compile (~130 us on a quiet 2-core VM) is most of what a record
         # class costs, and a command makes only some of the classes it imports, most of them
-        # a few times (`topo` on a small host: 14 classes, 13 of them under 20 times each),
+        # a few times (`topo` on a small host: 15 classes, 14 of them 18 times or fewer),
         # so a short run compiles almost none. Binding here costs ~2 us an instance more than
         # the compiled __init__, which pays for itself well before the class compiles. Any
         # call this does not bind as the compiled one would (a missing or unknown argument,
