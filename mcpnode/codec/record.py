@@ -6,11 +6,11 @@ checks its fields, immutability and constructors as such); at run time `record` 
 same methods — `__init__`, `__repr__`, `__eq__`, `__hash__` (frozen), ordering (`order=True`),
 read-only attributes (`frozen=True`) — and `__slots__`, with one `exec` per class, and that
 only once the class has made _COMPILE_AFTER instances (the first ones are bound by the field
-names, no compile: `_build` says why). dataclasses generates each method with its own exec and imports inspect, ast
-and tokenize on the way, which cost more than the discovery of a small host on every `mcpnode
-topo`; slots keep an 8,192-VF topology's memory down. `replace()` and `fields()` are
-`dataclasses.replace` / `dataclasses.fields` for records (and fall back to dataclasses for real
-dataclasses).
+names, no compile: `_build` says why). dataclasses generates each method with its own exec and
+imports inspect, ast and tokenize on the way, which cost more than the discovery of a small
+host on every `mcpnode topo`; slots keep an 8,192-VF topology's memory down. `replace()` and
+`fields()` are `dataclasses.replace` / `dataclasses.fields` for records (and fall back to
+dataclasses for real dataclasses).
 """
 
 from __future__ import annotations
