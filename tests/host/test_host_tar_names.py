@@ -12,7 +12,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from mcpnode.host import tarball
+from mcpnode.host import decompress, tarball
 
 SYS = "top/sys"
 DEEP = "/".join(["d"] * (tarball.MAX_DEPTH - 2))  # top/sys/DEEP: MAX_DEPTH components
@@ -90,3 +90,45 @@ def test_straight_path_indexes_as_the_general_path(tmp_path: Path) -> None:
     got = _index(straight)
     assert got[f"/{SYS}/g"][4] == b"1\n" and got[f"/{SYS}/h"][4] == b"2\n"
     assert got[f"/{SYS}/d/f"][4] == b"11\n" and got[f"/{SYS}/.hidden"][4] == b"4\n"
+
+
+def test_members_across_chunk_boundaries(tmp_path: Path) -> None:
+    """A GNU long name whose data block begins the next decompressed chunk, and a member whose
+    data spans two chunks, are read through the stream (the loop's in-buffer slices do not
+    reach them) and index as tarfile reads them. Uncompressed, so that the chunks are exactly
+    CHUNK bytes and the boundaries fall where this archive puts them."""
+    chunk = decompress.CHUNK
+    long_name = f"{SYS}/" + "L" * 150  # over tar's 100 bytes: a GNU long-name header first
+    spanning = b"s" * (3 * 512 + 100)
+    # Blocks: top/ and top/sys/ (one header each), pad's header and data; then the long name's
+    # 'L' header ends the first chunk, so its data block opens the second.
+    pad = b"p" * (chunk - 4 * 512)
+    members = [("top/", b""), (f"{SYS}/", b""), (f"{SYS}/pad", pad), (long_name, b"long\n")]
+    # Then enough to put `spanning` across the second boundary.
+    filler = b"f" * (chunk - 6 * 512)
+    members += [(f"{SYS}/filler", filler), (f"{SYS}/spanning", spanning)]
+    path = tmp_path / "boundaries.tar"
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tf:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            if name.endswith("/"):
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+            else:
+                info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
+    raw = path.read_bytes()
+    # The layout the test relies on: the long-name header is the first chunk's last block, and
+    # `spanning`'s data begins before the second boundary and ends after it.
+    assert raw[chunk - 512 + 156] == ord("L")
+    assert raw[chunk : chunk + len(long_name)] == long_name.encode()
+    start = raw.index(spanning)
+    assert start < 2 * chunk < start + len(spanning)
+    got = _index(tarball.load(str(path)))
+    with tarfile.open(path) as tf:
+        want = {
+            "/" + m.name.rstrip("/"): tf.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tf.getmembers()
+            if m.isfile()
+        }
+    assert {k: v[4] for k, v in got.items() if k in want} == want
+    assert got["/" + long_name][4] == b"long\n" and got[f"/{SYS}/spanning"][4] == spanning
