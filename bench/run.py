@@ -4,8 +4,9 @@ round by round, because these machines are noisy (STYLE: speed is measured here,
 1. Whole process: `mcpnode topo --format json --root X` vs hwloc's
    `lstopo-no-graphics --whole-io --of xml` on the same unpacked dump (../shared/hosts), target
    <= 2.5x on every dump, with the floors of a Python command in the same rounds:
-   `python -c pass` and `python -c "import json"` against the same lstopo, and the
-   interpreter replaying the reads `topo` makes on that dump and nothing else (READS_FLOOR).
+   `python -c pass`, `python -c "import json"` and the interpreter importing the modules `topo`
+   imports (PY_FLOORS) against the same lstopo, and the interpreter replaying the reads `topo`
+   makes on that dump and nothing else (READS_FLOOR).
    Then the floor every Python CLI pays here: `python -c pass` and `python -c "import click"`.
 2. In process: `discover(Host(X))` per dump.
 3. Scale: a synthetic 2-socket host (8 GPUs, 8 NICs) with 0..8,192 SR-IOV VFs from the
@@ -119,9 +120,16 @@ def unpack_dumps(dest: Path) -> dict[str, Path]:
 
 
 # What a `topo --format json` in Python cannot go below, timed beside lstopo on each dump: the
-# interpreter's start (the console script's `site` included) and that start plus the json module
-# the output needs (json imports re, which the parsers need too).
-PY_FLOORS = {"python -c pass": "pass", "python -c 'import json'": "import json"}
+# interpreter's start (the console script's `site` included); that start plus json, what a
+# Python tool writing its JSON through json pays (topo writes through codec/jsonout and imports
+# neither json nor re); and the start plus the modules `topo` imports, with no discovery and no
+# output: what this code costs before its first read, unless it imports less.
+PY_FLOORS = {
+    "python -c pass": "pass",
+    "python -c 'import json'": "import json",
+    "python + topo's imports": "import mcpnode.cli.fast, mcpnode.cli.commands, mcpnode.host, "
+    "mcpnode.topology.discover, mcpnode.cli.render_topo",
+}
 WHOLE_PROCESS_RATIO = 2.5
 
 # A third floor: the interpreter and the reads `topo` makes on that dump, and nothing else (no
